@@ -1,0 +1,57 @@
+"""kerascope: explain the predictions of Keras 3 models.
+
+Example:
+    >>> import keras, numpy as np, kerascope as ks
+    >>> m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, name="conv"),
+    ...                       keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2, activation="softmax")])
+    >>> ks.GradCAM(m, layer="conv").explain(np.ones((1, 8, 8, 3))).attributions.shape
+    (1, 8, 8)
+"""
+
+from kerascope import methods
+from kerascope.api import explain
+from kerascope.core.engine import Engine
+from kerascope.core.explanation import Explanation
+from kerascope.core.layers import find_layer, layers
+from kerascope.core.primitives import (
+    LayerGradient,
+    input_gradients,
+    layer_gradients,
+    layers_gradients,
+    weight_gradients,
+)
+from kerascope.io.models import load_model
+from kerascope.methods import (
+    CAM,
+    GradCAM,
+    GradientXInput,
+    GuidedBackprop,
+    GuidedGradCAM,
+    Method,
+    Saliency,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CAM",
+    "Engine",
+    "Explanation",
+    "GradCAM",
+    "GradientXInput",
+    "GuidedBackprop",
+    "GuidedGradCAM",
+    "LayerGradient",
+    "Method",
+    "Saliency",
+    "__version__",
+    "explain",
+    "find_layer",
+    "input_gradients",
+    "layer_gradients",
+    "layers",
+    "layers_gradients",
+    "load_model",
+    "methods",
+    "weight_gradients",
+]

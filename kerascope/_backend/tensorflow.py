@@ -1,0 +1,176 @@
+"""TensorFlow implementation of kerascope's differentiation primitives.
+
+Two things live here: compiling a ``forward`` function (written once in
+Keras terms by :mod:`kerascope.core.engine`) into a ``tf.function`` that
+returns scores, activations and gradients; and ReLU functions with a
+modified backward rule (guided backprop, deconvnet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+NAME = "tensorflow"
+
+Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
+
+
+def _to_numpy(value: Any) -> Any:
+    if value is None:
+        return None
+    return tf.nest.map_structure(lambda t: t.numpy(), value)
+
+
+def compile_gradients(
+    forward: Forward,
+    *,
+    input_specs: Sequence[tuple[tuple[int | None, ...], str]],
+    wrt_inputs: bool,
+    layer_names: Sequence[str],
+    weights: Sequence[Any],
+    jit_compile: bool = False,
+    on_trace: Callable[[], None] | None = None,
+) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
+    """Compile ``forward`` with a gradient tape; the batch dimension is ``None``.
+
+    ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
+    ``transform`` is applied by probes to each probed layer output. The
+    gradient of ``sum(scores)`` is taken w.r.t. the inputs (if ``wrt_inputs``),
+    the probed activations and ``weights``. Because samples are independent,
+    the gradient of the sum gives each sample's own gradient.
+
+    Example:
+        >>> import numpy as np
+        >>> def forward(inputs, targets, transform):
+        ...     s = tf.reduce_sum(inputs[0] ** 2, axis=1)
+        ...     return s, targets, []
+        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")],
+        ...                        wrt_inputs=True, layer_names=[], weights=[])
+        >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
+        [[2.0, 4.0]]
+    """
+    signature = [
+        [tf.TensorSpec(shape=(None, *shape[1:]), dtype=dtype) for shape, dtype in input_specs],
+        tf.TensorSpec(shape=(None,), dtype=tf.int32),
+    ]
+    weights = list(weights)
+
+    def step(inputs: list[tf.Tensor], targets: tf.Tensor) -> dict[str, Any]:
+        if on_trace is not None:
+            on_trace()
+        with tf.GradientTape() as tape:
+            if wrt_inputs:
+                tape.watch(inputs)
+
+            def transform(_: int, __: Any, output: Any) -> Any:
+                tape.watch(output)
+                return output
+
+            scores, resolved, acts = forward(inputs, targets, transform)
+            total = tf.reduce_sum(tf.cast(scores, tf.float32))
+        sources = {"acts": acts, "weights": weights}
+        if wrt_inputs:
+            sources["inputs"] = inputs
+        grads = tape.gradient(total, sources)
+        for name, grad in zip(layer_names, grads["acts"]):
+            if grad is None:
+                raise ValueError(
+                    f"The target score does not depend on the output of layer {name!r}: there "
+                    "is no differentiable path from this layer to the score. Received: "
+                    f"layer={name!r}. Pick a layer between the inputs and the output."
+                )
+        if wrt_inputs and any(g is None for g in grads["inputs"]):
+            raise ValueError(
+                "The target score is not differentiable w.r.t. the model inputs (integer "
+                "inputs such as token ids, or a non-differentiable op). For token inputs, "
+                "attribute at the embedding layer with `layer=`."
+            )
+        out = {
+            "scores": tf.cast(scores, tf.float32),
+            "targets": resolved,
+            "acts": [tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), a) for a in acts],
+            "layer_grads": [tf.cast(g, tf.float32) for g in grads["acts"]],
+            "weight_grads": [
+                tf.zeros_like(w, dtype=tf.float32) if g is None else tf.cast(g, tf.float32)
+                for w, g in zip(weights, grads["weights"])
+            ],
+        }
+        if wrt_inputs:
+            out["input_grads"] = [tf.cast(g, tf.float32) for g in grads["inputs"]]
+        return out
+
+    compiled = tf.function(step, input_signature=signature, jit_compile=jit_compile)
+
+    def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
+        result = compiled(
+            [tf.convert_to_tensor(x) for x in inputs],
+            tf.convert_to_tensor(np.asarray(targets, dtype=np.int32)),
+        )
+        return {key: _to_numpy(value) for key, value in result.items()}
+
+    return run
+
+
+def compile_forward(
+    forward: Callable[[list[Any]], Any],
+    *,
+    input_specs: Sequence[tuple[tuple[int | None, ...], str]],
+    jit_compile: bool = False,
+) -> Callable[[list[np.ndarray]], Any]:
+    """Compile a gradient-free forward function of a list of inputs.
+
+    Example:
+        >>> import numpy as np
+        >>> fn = compile_forward(lambda xs: xs[0] * 2, input_specs=[((None, 1), "float32")])
+        >>> fn([np.ones((2, 1), "float32")]).tolist()
+        [[2.0], [2.0]]
+    """
+    signature = [[tf.TensorSpec(shape=(None, *s[1:]), dtype=d) for s, d in input_specs]]
+    compiled = tf.function(forward, input_signature=signature, jit_compile=jit_compile)
+
+    def run(inputs: list[np.ndarray]) -> Any:
+        return _to_numpy(compiled([tf.convert_to_tensor(x) for x in inputs]))
+
+    return run
+
+
+def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
+    """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
+
+    ``"guided"`` (Springenberg et al.): pass only positive gradients through
+    units whose input was positive: ``relu'(x) * relu(dy)``.
+    ``"deconvnet"`` (Zeiler & Fergus): pass positive gradients regardless of
+    the forward activation: ``relu(dy)``.
+
+    Example:
+        >>> g = modified_relu(tf.nn.relu, "guided")
+        >>> x = tf.constant([-1.0, 2.0, 3.0])
+        >>> with tf.GradientTape() as t:
+        ...     t.watch(x)
+        ...     y = tf.reduce_sum(g(x) * tf.constant([5.0, 5.0, -5.0]))
+        >>> t.gradient(y, x).numpy().tolist()
+        [0.0, 5.0, 0.0]
+    """
+    if rule not in ("guided", "deconvnet"):
+        raise ValueError(f"Unknown ReLU rule. Received: rule={rule!r}. Expected 'guided' or 'deconvnet'.")
+
+    @tf.custom_gradient
+    def wrapped(x: tf.Tensor) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x)
+
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            positive = tf.nn.relu(dy)
+            if rule == "deconvnet":
+                return positive
+            return tape.gradient(y, x, output_gradients=positive)
+
+        return y, grad
+
+    wrapped.__name__ = f"{rule}_{getattr(fn, '__name__', 'relu')}"
+    return wrapped

@@ -1,0 +1,125 @@
+"""The result of every method: raw attributions plus what produced them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist() if value.size <= 64 else f"<array shape={value.shape}>"
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+@dataclass
+class Explanation:
+    """Raw attributions (numpy) with the targets, scores, method and parameters.
+
+    ``attributions`` is an array for single-input models and a list of arrays
+    (one per input) for multi-input models. Gradient methods return signed
+    values of the inputs' shape; CAM methods ``(N, H, W)`` maps. Nothing is
+    min-max scaled; display normalisation lives in :mod:`kerascope.viz`.
+
+    Example:
+        >>> import numpy as np
+        >>> e = Explanation(np.ones((1, 2, 2)), "saliency", {}, np.array([0]), np.array([1.0]))
+        >>> e.attributions.shape, e.method
+        ((1, 2, 2), 'saliency')
+    """
+
+    attributions: Any
+    method: str
+    params: dict[str, Any]
+    targets: np.ndarray
+    scores: np.ndarray
+    layer: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(len(self.targets))
+
+    def save(self, path: str | Path) -> Path:
+        """Save to a ``.npz`` file (arrays) with JSON metadata; returns the path.
+
+        Example:
+            >>> import numpy as np, tempfile, os
+            >>> e = Explanation(np.ones((1, 2)), "saliency", {"a": 1}, np.array([0]), np.array([1.0]))
+            >>> p = e.save(os.path.join(tempfile.mkdtemp(), "e.npz"))
+            >>> Explanation.load(p).params
+            {'a': 1}
+        """
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_suffix(".npz")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {"targets": self.targets, "scores": self.scores}
+        multi = isinstance(self.attributions, (list, tuple))
+        attrs = list(self.attributions) if multi else [self.attributions]
+        for i, a in enumerate(attrs):
+            arrays[f"attributions_{i}"] = np.asarray(a)
+        extra_arrays = {k: v for k, v in self.extras.items() if isinstance(v, np.ndarray)}
+        for k, v in extra_arrays.items():
+            arrays[f"extra_{k}"] = v
+        meta = {
+            "method": self.method,
+            "params": _jsonable(self.params),
+            "layer": self.layer,
+            "multi": multi,
+            "count": len(attrs),
+            "extras": _jsonable({k: v for k, v in self.extras.items() if k not in extra_arrays}),
+            "format": 1,
+        }
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, **arrays)
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Explanation:
+        """Load an Explanation written by :meth:`save` (no pickle involved).
+
+        Example:
+            >>> Explanation.load("missing.npz")  # doctest: +SKIP
+        """
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"No explanation file. Received: path={str(path)!r}.")
+        with np.load(path, allow_pickle=False) as data:
+            if "meta" not in data:
+                raise ValueError(
+                    f"Not a kerascope explanation file (no metadata). Received: path={str(path)!r}."
+                )
+            meta = json.loads(bytes(data["meta"]).decode())
+            attrs = [data[f"attributions_{i}"] for i in range(meta["count"])]
+            extras = dict(meta.get("extras") or {})
+            for key in data.files:
+                if key.startswith("extra_"):
+                    extras[key[len("extra_"):]] = data[key]
+            return cls(
+                attributions=attrs if meta["multi"] else attrs[0],
+                method=meta["method"],
+                params=meta["params"],
+                targets=data["targets"],
+                scores=data["scores"],
+                layer=meta.get("layer"),
+                extras=extras,
+            )
+
+    def _repr_html_(self) -> str:
+        from kerascope.viz.notebook import explanation_html
+
+        return explanation_html(self)

@@ -1,0 +1,179 @@
+"""Standardising user inputs: arrays, lists / dicts of arrays, dtypes, batching."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+
+class Inputs:
+    """The model inputs as a flat list of numpy arrays plus how to rebuild them.
+
+    A single array, a list/tuple of arrays (multi-input models) or a dict of
+    arrays (named inputs) are accepted. Floating point inputs are converted to
+    float32 (float64 images work with a float32 model); integer inputs (token
+    ids) keep their dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> x = Inputs(np.zeros((2, 3), "float64"))
+        >>> x.arrays[0].dtype, x.batch_size
+        (dtype('float32'), 2)
+        >>> x.rebuild([np.ones((2, 3))]).shape
+        (2, 3)
+    """
+
+    def __init__(self, inputs: Any) -> None:
+        if isinstance(inputs, dict):
+            self.kind, self.keys = "dict", list(inputs)
+            raw = [inputs[k] for k in self.keys]
+        elif isinstance(inputs, (list, tuple)):
+            self.kind, self.keys = "list", None
+            raw = list(inputs)
+        else:
+            self.kind, self.keys = "single", None
+            raw = [inputs]
+        if not raw:
+            raise ValueError("`inputs` is empty. Received: inputs=[]. Pass an array of shape (batch, ...).")
+        self.arrays = [_as_array(x, i) for i, x in enumerate(raw)]
+        sizes = {len(a) for a in self.arrays}
+        if len(sizes) != 1:
+            raise ValueError(
+                "All model inputs must have the same batch size. Received batch sizes: "
+                f"{[len(a) for a in self.arrays]}."
+            )
+        self.batch_size = sizes.pop()
+        if self.batch_size == 0:
+            raise ValueError(
+                f"`inputs` has no samples. Received: inputs with shape {self.arrays[0].shape}."
+            )
+
+    def model_arg(self, arrays: list[Any]) -> Any:
+        """Return ``arrays`` in the structure the model's ``call`` expects.
+
+        Example:
+            >>> import numpy as np
+            >>> Inputs({"a": np.zeros((1, 2))}).model_arg([1])
+            {'a': 1}
+        """
+        if self.kind == "dict":
+            return dict(zip(self.keys, arrays))
+        if self.kind == "list":
+            return list(arrays)
+        return arrays[0]
+
+    def structurer(self) -> "Callable[[list[Any]], Any]":
+        """Return a function doing :meth:`model_arg` that does not hold the arrays.
+
+        Example:
+            >>> import numpy as np
+            >>> Inputs([np.zeros((1, 2))]).structurer()(["x"])
+            ['x']
+        """
+        kind, keys = self.kind, self.keys
+        if kind == "dict":
+            return lambda arrays: dict(zip(keys, arrays))
+        if kind == "list":
+            return list
+        return lambda arrays: arrays[0]
+
+    def rebuild(self, arrays: list[Any]) -> Any:
+        """Same as :meth:`model_arg`: results per input in the user's structure.
+
+        Example:
+            >>> import numpy as np
+            >>> Inputs([np.zeros((1, 2)), np.zeros((1, 3))]).rebuild(["a", "b"])
+            ['a', 'b']
+        """
+        return self.model_arg(arrays)
+
+    @property
+    def specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """Shapes and dtypes, used as the compiled function's signature.
+
+        Example:
+            >>> import numpy as np
+            >>> Inputs(np.zeros((4, 3))).specs
+            [((4, 3), 'float32')]
+        """
+        return [(a.shape, a.dtype.name) for a in self.arrays]
+
+    def chunks(self, batch_size: int) -> Iterator[tuple[slice, list[np.ndarray]]]:
+        """Yield ``(slice, arrays)`` chunks of at most ``batch_size`` samples.
+
+        Example:
+            >>> import numpy as np
+            >>> [s for s, _ in Inputs(np.zeros((5, 1))).chunks(2)]
+            [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+        """
+        for start in range(0, self.batch_size, batch_size):
+            part = slice(start, min(start + batch_size, self.batch_size))
+            yield part, [a[part] for a in self.arrays]
+
+
+def _as_array(x: Any, index: int) -> np.ndarray:
+    if hasattr(x, "numpy") and not isinstance(x, np.ndarray):
+        x = x.numpy()
+    elif hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    try:
+        array = np.asarray(x)
+    except Exception as error:
+        raise TypeError(
+            f"Input {index} could not be converted to a numpy array. Received: {type(x).__name__}."
+        ) from error
+    if array.dtype == object:
+        raise TypeError(
+            f"Input {index} is not numeric (ragged or mixed values). Received: dtype=object, "
+            f"shape={array.shape}. Pass a numeric array of shape (batch, ...)."
+        )
+    if array.ndim == 0:
+        raise ValueError(
+            f"Input {index} is a scalar. Received: shape=(). Pass an array of shape (batch, ...)."
+        )
+    if np.issubdtype(array.dtype, np.floating):
+        if not np.all(np.isfinite(array)):
+            bad = int(np.sum(~np.isfinite(array)))
+            raise ValueError(
+                f"Input {index} contains {bad} NaN or infinite values. Received: array of shape "
+                f"{array.shape}. Clean or impute the inputs before explaining them."
+            )
+        return np.ascontiguousarray(array, dtype=np.float32)
+    if np.issubdtype(array.dtype, np.bool_):
+        return array.astype(np.float32)
+    return np.ascontiguousarray(array)
+
+
+def check_against_model(model: Any, inputs: Inputs) -> None:
+    """Raise a clear error when the input shapes do not match the model's inputs.
+
+    Only models with a known input signature (Functional / Sequential) are
+    checked; subclassed models are checked by their own forward pass.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        >>> check_against_model(m, Inputs(np.zeros((2, 3))))
+    """
+    try:
+        expected = [tuple(t.shape) for t in model.inputs]
+    except Exception:
+        return
+    if not expected:
+        return
+    if len(expected) != len(inputs.arrays):
+        raise ValueError(
+            f"Model {model.name!r} takes {len(expected)} input(s) but received {len(inputs.arrays)}. "
+            f"Expected shapes: {expected}. Received shapes: {[a.shape for a in inputs.arrays]}."
+        )
+    for i, (want, arr) in enumerate(zip(expected, inputs.arrays)):
+        got = arr.shape
+        ok = len(want) == len(got) and all(w is None or w == g for w, g in zip(want[1:], got[1:]))
+        if not ok:
+            raise ValueError(
+                f"Input {i} does not match the model's input shape. Received: shape={got}. "
+                f"Expected: {want} (None = any size). Resize or reshape the inputs, e.g. "
+                "images to the model's height and width with a batch axis first."
+            )

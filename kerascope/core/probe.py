@@ -1,0 +1,236 @@
+"""Scoped interception of layer calls: probes, softmax bypass, gradient rules.
+
+Keras 3 has no forward hooks. Inside a ``with`` block these helpers wrap a
+layer *instance*'s ``call`` (or swap its ``activation``) and always put the
+original back in ``finally``, so the user's model is unchanged afterwards,
+even when the forward pass raised. Nothing is rebuilt, which is why they work
+for nested and subclassed models where ``keras.Model(inputs, layer.output)``
+fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import keras
+
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def patched_attribute(obj: Any, name: str, value: Any) -> Iterator[None]:
+    """Set ``obj.name = value`` for the block, restoring the exact previous state.
+
+    If ``obj`` had no instance attribute ``name`` before (e.g. ``call`` that
+    lives on the class), the instance attribute is deleted afterwards, so
+    ``vars(obj)`` is identical before and after.
+
+    Example:
+        >>> class A: pass
+        >>> a = A()
+        >>> with patched_attribute(a, "x", 1):
+        ...     a.x
+        1
+        >>> hasattr(a, "x")
+        False
+    """
+    previous = obj.__dict__.get(name, _MISSING)
+    object.__setattr__(obj, name, value)
+    try:
+        yield
+    finally:
+        if previous is _MISSING:
+            obj.__dict__.pop(name, None)
+        else:
+            object.__setattr__(obj, name, previous)
+
+
+class Recorder:
+    """Holds what probes saw during one forward pass: ``{layer_id: [outputs]}``.
+
+    Example:
+        >>> r = Recorder()
+        >>> r.outputs
+        {}
+    """
+
+    def __init__(self) -> None:
+        self.outputs: dict[int, list[Any]] = {}
+
+    def last(self, layer: keras.Layer) -> Any:
+        """Return the output of the last call of ``layer`` in the forward pass.
+
+        Example:
+            >>> import keras
+            >>> r = Recorder(); d = keras.layers.Dense(1)
+            >>> r.outputs[id(d)] = ["y"]
+            >>> r.last(d)
+            'y'
+        """
+        calls = self.outputs.get(id(layer))
+        if not calls:
+            raise ValueError(
+                f"Layer {layer.name!r} ({type(layer).__name__}) was not called during the "
+                "forward pass, so it has no activation or gradient. Received: "
+                f"layer={layer.name!r}. Pick a layer on the path from the inputs to the "
+                "output (see `kerascope.layers(model)`)."
+            )
+        return calls[-1]
+
+
+@contextlib.contextmanager
+def probe(
+    layers: Sequence[keras.Layer],
+    transform: Callable[[int, keras.Layer, Any], Any] | None = None,
+) -> Iterator[Recorder]:
+    """Record (and optionally transform) the outputs of ``layers`` for the block.
+
+    ``transform(i, layer, output)`` may return a replacement output, e.g.
+    ``output + delta_i`` (to differentiate w.r.t. ``delta_i``) or the same
+    tensor after ``tape.watch``. The recorded value is the returned one.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> d = keras.layers.Dense(2)
+        >>> m = keras.Sequential([keras.Input((3,)), d])
+        >>> with probe([d]) as rec:
+        ...     _ = m(np.ones((1, 3)))
+        >>> tuple(rec.last(d).shape)
+        (1, 2)
+    """
+    recorder = Recorder()
+    with contextlib.ExitStack() as stack:
+        for index, layer in enumerate(dict.fromkeys(layers)):
+            original = layer.call
+
+            def wrapper(*args: Any, __i: int = index, __l: keras.Layer = layer,
+                        __f: Callable = original, **kwargs: Any) -> Any:
+                out = __f(*args, **kwargs)
+                if transform is not None:
+                    out = transform(__i, __l, out)
+                recorder.outputs.setdefault(id(__l), []).append(out)
+                return out
+
+            functools.update_wrapper(wrapper, original)
+            stack.enter_context(patched_attribute(layer, "call", wrapper))
+        yield recorder
+
+
+def _activation_name(fn: Any) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def softmax_candidates(model: keras.Layer) -> list[keras.Layer]:
+    """Layers that apply a softmax as their last step (bypassable without rebuilding).
+
+    These are layers with ``activation=softmax`` (``Dense``, ``Conv2D``, ...),
+    ``Activation("softmax")`` and ``Softmax`` layers.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax", name="p")])
+        >>> [l.name for l in softmax_candidates(m)]
+        ['p']
+    """
+    from kerascope.core.layers import iter_layers
+
+    found = []
+    for _, layer in iter_layers(model):
+        if isinstance(layer, keras.layers.Softmax):
+            found.append(layer)
+        elif _activation_name(getattr(layer, "activation", None)) == "softmax":
+            found.append(layer)
+    return found
+
+
+def _identity_call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+    return inputs
+
+
+@contextlib.contextmanager
+def bypass_softmax(layers: Sequence[keras.Layer]) -> Iterator[None]:
+    """Make the softmax of ``layers`` linear for the block (logits come out).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> d = keras.layers.Dense(2, activation="softmax")
+        >>> m = keras.Sequential([keras.Input((3,)), d])
+        >>> with bypass_softmax([d]):
+        ...     logits = m(np.ones((1, 3)))
+        >>> d.activation.__name__
+        'softmax'
+    """
+    with contextlib.ExitStack() as stack:
+        for layer in layers:
+            if isinstance(layer, keras.layers.Softmax):
+                stack.enter_context(patched_attribute(layer, "call", _identity_call))
+            else:
+                stack.enter_context(
+                    patched_attribute(layer, "activation", keras.activations.linear)
+                )
+        yield
+
+
+_RELU_NAMES = {"relu", "relu6"}
+
+
+def relu_sites(model: keras.Layer) -> list[tuple[keras.Layer, str]]:
+    """Find the ReLU non-linearities that a modified backward rule can override.
+
+    Returns ``(layer, kind)`` with kind ``"activation"`` (a layer whose
+    ``activation`` is relu/relu6, including ``Activation("relu")``) or
+    ``"layer"`` (a ``ReLU`` layer).
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu", name="h")])
+        >>> [(l.name, k) for l, k in relu_sites(m)]
+        [('h', 'activation')]
+    """
+    from kerascope.core.layers import iter_layers
+
+    sites = []
+    for _, layer in iter_layers(model):
+        if isinstance(layer, keras.layers.ReLU):
+            sites.append((layer, "layer"))
+        elif _activation_name(getattr(layer, "activation", None)) in _RELU_NAMES:
+            sites.append((layer, "activation"))
+    return sites
+
+
+@contextlib.contextmanager
+def override_relu_gradients(
+    model: keras.Layer, wrap: Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
+) -> Iterator[int]:
+    """Replace every ReLU of ``model`` by ``wrap(relu)`` for the block.
+
+    ``wrap`` receives the original element-wise function and returns one with
+    the same forward value and a modified gradient (guided backprop,
+    deconvnet). Yields the number of ReLUs overridden.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu")])
+        >>> with override_relu_gradients(m, lambda f: f) as n:
+        ...     n
+        1
+    """
+    sites = relu_sites(model)
+    with contextlib.ExitStack() as stack:
+        for layer, kind in sites:
+            if kind == "activation":
+                stack.enter_context(patched_attribute(layer, "activation", wrap(layer.activation)))
+            else:
+                original_call = layer.call
+
+                def relu_fn(x: Any, __f: Callable = original_call) -> Any:
+                    return __f(x)
+
+                wrapped = wrap(relu_fn)
+                stack.enter_context(
+                    patched_attribute(layer, "call", lambda inputs, *a, __w=wrapped, **k: __w(inputs))
+                )
+        yield len(sites)

@@ -1,0 +1,55 @@
+"""Loading models from files, safely, with errors that say what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import keras
+
+SUPPORTED = (".keras", ".h5", ".hdf5")
+
+
+def load_model(path: str | Path, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None) -> keras.Model:
+    """Load a ``.keras`` or ``.h5`` model for explanation (not compiled).
+
+    ``safe_mode=True`` (default) refuses files that would run arbitrary code
+    when loaded (``Lambda`` layers with Python bytecode). Only pass
+    ``safe_mode=False`` for files you trust.
+
+    Example:
+        >>> import kerascope as ks
+        >>> from kerascope.data import demo_model_path
+        >>> ks.load_model(demo_model_path()).name
+        'shapes_cnn'
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"No model file. Received: path={str(path)!r}. Check the path.")
+    if path.is_dir():
+        raise ValueError(
+            f"Received a directory: path={str(path)!r}. TensorFlow SavedModel directories cannot be "
+            "explained as Keras 3 models; load the original model and save it with "
+            "`model.save('model.keras')`."
+        )
+    if path.suffix.lower() not in SUPPORTED:
+        raise ValueError(
+            f"Unsupported model file type. Received: path={str(path)!r}. Expected one of {SUPPORTED}."
+        )
+    try:
+        return keras.saving.load_model(path, compile=False, safe_mode=safe_mode, custom_objects=custom_objects)
+    except ValueError as error:
+        text = str(error)
+        if "safe_mode" in text or "unsafe" in text.lower() or "lambda" in text.lower():
+            raise ValueError(
+                f"Refusing to load {str(path)!r}: it contains code that would run on loading "
+                "(e.g. a Lambda layer). If you trust this file, load it with safe_mode=False "
+                "(CLI: --unsafe)."
+            ) from error
+        raise ValueError(f"Could not load model {str(path)!r}: {text}") from error
+    except (OSError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"Could not read model file {str(path)!r} ({type(error).__name__}: {error}). Is it a "
+            "Keras .keras/.h5 file saved with Keras 3 (or tf.keras 2 for .h5)? Custom layers need "
+            "`custom_objects=`."
+        ) from error

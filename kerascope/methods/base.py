@@ -1,0 +1,107 @@
+"""The base class every method derives from: hyper-parameters in, Explanation out."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import keras
+
+from kerascope.core.engine import Engine, engine_for
+from kerascope.core.explanation import Explanation
+from kerascope.core.inputs import Inputs
+
+
+class Method:
+    """Base of all methods: ``Method(model, **params).explain(inputs, targets)``.
+
+    Subclasses set ``name`` and ``description`` and implement
+    :meth:`_explain`. A method holds hyper-parameters, not state: compiled
+    functions live in the model's shared :class:`~kerascope.core.engine.Engine`.
+
+    Common parameters:
+        batch_size: samples (or noise samples / steps / masks) per compiled call.
+        output: ``"logits"`` (default; bypasses a final softmax) or ``"probabilities"``.
+        output_index: which output of a multi-output model (index or name).
+        progress: show a progress bar over batches.
+        jit_compile: compile with XLA where the backend supports it.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        >>> ks.Saliency(m).explain(np.ones((1, 3)), targets=0).attributions.shape
+        (1, 3)
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        model: keras.Layer,
+        *,
+        batch_size: int = 32,
+        output: str = "logits",
+        output_index: int | str | None = None,
+        progress: bool = False,
+        jit_compile: bool = False,
+    ) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self.output = output
+        self.output_index = output_index
+        self.progress = progress
+        self.jit_compile = jit_compile
+        self.engine: Engine = engine_for(model, output, output_index, jit_compile)
+
+    def params(self) -> dict[str, Any]:
+        """The method's hyper-parameters (what goes into ``Explanation.params``).
+
+        Example:
+            >>> import keras, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> ks.Saliency(m, absolute=True).params()["absolute"]
+            True
+        """
+        skip = {"model", "engine", "progress"}
+        return {k: v for k, v in vars(self).items() if k not in skip and not k.startswith("_")}
+
+    def explain(self, inputs: Any, targets: Any = None) -> Explanation:
+        """Explain ``inputs`` for ``targets`` (None = the predicted class).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> e = ks.GradientXInput(m).explain(np.ones((2, 3)), targets=[0, 1])
+            >>> e.targets.tolist()
+            [0, 1]
+        """
+        prepared = Inputs(inputs)
+        return self._explain(prepared, targets)
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        raise NotImplementedError
+
+    def _result(
+        self,
+        inputs: Inputs,
+        attributions: list[Any],
+        scores: Any,
+        targets: Any,
+        layer: str | None = None,
+        **extras: Any,
+    ) -> Explanation:
+        single = inputs.kind == "single" or len(attributions) == 1
+        return Explanation(
+            attributions=attributions[0] if single else inputs.rebuild(attributions),
+            method=self.name,
+            params=self.params(),
+            targets=targets,
+            scores=scores,
+            layer=layer,
+            extras=extras,
+        )
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({params})"

@@ -27,7 +27,7 @@ from kerascope.core.probe import bypass_softmax, override_relu_gradients, probe,
 from kerascope.core.progress import progress_bar
 
 OUTPUT_SPACES = ("logits", "probabilities")
-RULES = (None, "guided", "deconvnet")
+RULES = (None, "guided", "deconvnet", "deeplift")
 
 
 @dataclass
@@ -274,7 +274,8 @@ class Engine:
             layers: layers (paths or objects) to record activations and gradients at.
             wrt_inputs: also return gradients w.r.t. the inputs.
             weights: variables to differentiate w.r.t. (gradient of the summed score).
-            rule: ``None``, ``"guided"`` or ``"deconvnet"`` backward rule for ReLUs.
+            rule: ``None``, ``"guided"``, ``"deconvnet"`` or ``"deeplift"`` backward rule for
+                ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references).
             batch_size: samples per compiled call; bounds memory.
             progress: show a progress bar over the chunks.
 

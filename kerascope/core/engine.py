@@ -108,6 +108,21 @@ class Engine:
             raise RuntimeError("The model explained by this engine no longer exists.")
         return model
 
+    @property
+    def forward_gives_probabilities(self) -> bool:
+        """True when :meth:`forward` returns probabilities (no softmax bypassed, outputs sum to 1).
+
+        Only known after the first call.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+            >>> e = Engine(m); _ = e.forward(np.ones((1, 3)))
+            >>> e.forward_gives_probabilities
+            False
+        """
+        return self._probabilities_out and not (self.output == "logits" and self._bypassed)
+
     # ----------------------------------------------------------------- helpers
     def resolve_layers(self, layers: Sequence[str | keras.Layer]) -> list[keras.Layer]:
         """Resolve layer paths / objects to layer objects of this model.

@@ -1,0 +1,51 @@
+"""``kerascope demo``: the main job on the bundled model and images."""
+
+from __future__ import annotations
+
+import argparse
+
+from kerascope.cli.common import add_output_flags, emit
+
+DEMO_METHODS = ("gradcam", "guided_gradcam", "saliency", "gradient_x_input", "guided_backprop")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``demo`` sub-command.
+
+    Example:
+        >>> from kerascope.cli import build_parser
+        >>> build_parser().parse_args(["demo", "--out", "d"]).out
+        'd'
+    """
+    p = sub.add_parser("demo", help="explain the bundled images with the bundled model; writes an HTML report")
+    p.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
+    p.add_argument("--method", action="append", help=f"methods (default: {', '.join(DEMO_METHODS)})")
+    add_output_flags(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo.
+
+    Example:
+        >>> from kerascope.cli import main
+        >>> main(["demo", "--out", "/tmp/kerascope-demo", "--quiet"])  # doctest: +SKIP
+        0
+    """
+    from kerascope.data import demo_images, demo_metadata, demo_model_path
+    from kerascope.io.models import load_model
+    from kerascope.methods.registry import available
+    from kerascope.pipeline import explain_images
+
+    meta = demo_metadata()
+    methods = args.method or [m for m in DEMO_METHODS if m in available()]
+    summary = explain_images(
+        load_model(demo_model_path()), demo_images(), args.out,
+        methods=methods, layer="conv3b", class_names=meta["class_names"],
+        progress=not (args.quiet or args.json), title="kerascope demo: synthetic shapes",
+        cmap="jet", alpha=0.5,
+    )
+    emit(args, summary.as_dict(),
+         f"demo: {summary.processed} images x {len(summary.methods)} methods in {summary.seconds:.1f}s\n"
+         f"open {summary.report}")
+    return 0

@@ -1,0 +1,68 @@
+"""``kerascope explain MODEL_FILE IMAGE... [--method ...] [--layer] [--target] [--out DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+
+from kerascope.cli.common import add_image_flags, add_model_flags, add_output_flags, emit, load_class_names
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``explain`` sub-command.
+
+    Example:
+        >>> from kerascope.cli import build_parser
+        >>> build_parser().parse_args(["explain", "m.keras", "a.png", "--method", "saliency"]).method
+        ['saliency']
+    """
+    p = sub.add_parser("explain", help="explain image files: overlays, .npz attributions, index.html")
+    add_model_flags(p)
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files or folders (searched recursively)")
+    p.add_argument("--method", action="append", help="method name (repeatable); see `kerascope methods`")
+    p.add_argument("--layer", help="layer path for CAM methods, e.g. inception_v3/mixed10")
+    p.add_argument("--target", type=int, help="class index to explain (default: the predicted class)")
+    p.add_argument("--out", default="kerascope-out", help="output folder (default: kerascope-out)")
+    p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--cmap", default="jet", help="matplotlib colormap for overlays")
+    p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity")
+    add_image_flags(p)
+    add_output_flags(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``explain``; exit code 1 if some images could not be read.
+
+    Example:
+        >>> from kerascope.cli import main
+        >>> main(["explain", "missing.keras", "x.png"])  # doctest: +SKIP
+        2
+    """
+    from kerascope.io.images import find_images
+    from kerascope.io.models import load_model
+    from kerascope.pipeline import explain_images
+
+    model = load_model(args.model, safe_mode=not args.unsafe)
+    paths = []
+    for item in args.images:
+        found = find_images(item)
+        paths.extend(found if found else [item])
+    summary = explain_images(
+        model, paths, args.out,
+        methods=args.method or ["gradcam"],
+        layer=args.layer,
+        targets=args.target,
+        size=tuple(args.size) if args.size else None,
+        preprocess=args.preprocess,
+        class_names=load_class_names(args.labels),
+        batch_size=args.batch_size,
+        cmap=args.cmap,
+        alpha=args.alpha,
+        progress=not (args.quiet or args.json),
+    )
+    lines = [f"explained {summary.processed} image(s) with {', '.join(summary.methods)} "
+             f"in {summary.seconds:.1f}s -> {summary.report}"]
+    lines += [f"could not read {name}: {why}" for name, why in summary.errors.items()]
+    emit(args, summary.as_dict(), "\n".join(lines))
+    return 1 if summary.errors else 0

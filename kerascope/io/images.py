@@ -1,0 +1,162 @@
+"""Reading images from files into model-ready arrays, with clear per-file errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PREPROCESS = {
+    "unit": "pixels / 255 -> [0, 1]",
+    "raw": "pixels as floats in [0, 255]",
+    "symmetric": "pixels / 127.5 - 1 -> [-1, 1] (MobileNet / Inception style)",
+    "caffe": "BGR, ImageNet means subtracted (VGG / ResNet50 'caffe' style)",
+    "torch": "[0, 1], then ImageNet mean / std per channel",
+}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
+_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+_STD = np.array([0.229, 0.224, 0.225], np.float32)
+_CAFFE_MEAN_BGR = np.array([103.939, 116.779, 123.68], np.float32)
+
+
+class ImageReadError(ValueError):
+    """An image file could not be read or decoded.
+
+    Example:
+        >>> str(ImageReadError("x.png: not an image"))
+        'x.png: not an image'
+    """
+
+
+def read_image(path: str | Path, size: tuple[int, int] | None = None, channels: int = 3) -> np.ndarray:
+    """Read an image as uint8 ``(H, W, channels)``, resized (bilinear) to ``size=(H, W)`` if given.
+
+    Example:
+        >>> from kerascope.data import demo_images
+        >>> read_image(demo_images()[0], size=(32, 32)).shape
+        (32, 32, 3)
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if channels not in (1, 3, 4):
+        raise ValueError(f"`channels` must be 1, 3 or 4. Received: channels={channels}.")
+    try:
+        with Image.open(path) as image:
+            image = image.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
+            if size is not None:
+                image = image.resize((int(size[1]), int(size[0])), Image.BILINEAR)
+            array = np.asarray(image, dtype=np.uint8)
+    except FileNotFoundError as error:
+        raise ImageReadError(f"{path}: file not found.") from error
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise ImageReadError(f"{path}: not a readable image ({type(error).__name__}: {error}).") from error
+    if array.ndim == 2:
+        array = array[..., None]
+    return array
+
+
+def preprocess(pixels: np.ndarray, mode: str = "unit") -> np.ndarray:
+    """Turn uint8 pixels ``(..., H, W, C)`` into model inputs; see ``PREPROCESS`` for the modes.
+
+    Example:
+        >>> import numpy as np
+        >>> preprocess(np.full((1, 1, 3), 255, np.uint8), "symmetric").tolist()
+        [[[1.0, 1.0, 1.0]]]
+    """
+    x = np.asarray(pixels, np.float32)
+    if mode == "unit":
+        return x / 255.0
+    if mode == "raw":
+        return x
+    if mode == "symmetric":
+        return x / 127.5 - 1.0
+    if mode == "torch":
+        return (x / 255.0 - _MEAN[: x.shape[-1]]) / _STD[: x.shape[-1]]
+    if mode == "caffe":
+        return x[..., ::-1] - _CAFFE_MEAN_BGR[: x.shape[-1]]
+    raise ValueError(f"Unknown preprocessing. Received: preprocess={mode!r}. Expected one of {list(PREPROCESS)}.")
+
+
+@dataclass
+class ImageBatch:
+    """Images loaded for a model: inputs, the displayable pixels, and per-file errors.
+
+    Example:
+        >>> b = ImageBatch(np.zeros((0, 2, 2, 3)), np.zeros((0, 2, 2, 3), np.uint8), [])
+        >>> len(b)
+        0
+    """
+
+    inputs: np.ndarray
+    pixels: np.ndarray
+    paths: list[Path]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+def model_image_size(model: object) -> tuple[int | None, int | None, int]:
+    """``(H, W, C)`` expected by an image model (``None`` where any size is accepted).
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((32, 24, 3)), keras.layers.Flatten()])
+        >>> model_image_size(m)
+        (32, 24, 3)
+    """
+    try:
+        shape = tuple(model.inputs[0].shape)  # type: ignore[attr-defined]
+    except Exception as error:
+        raise ValueError(
+            "Cannot tell the model's image size (subclassed model without a known input). "
+            "Pass `size=(H, W)` explicitly (CLI: --size H W)."
+        ) from error
+    if len(shape) != 4:
+        raise ValueError(
+            f"The model's first input is not an image batch (N, H, W, C). Received input shape: {shape}."
+        )
+    return shape[1], shape[2], int(shape[3] or 3)
+
+
+def load_images(
+    paths: Sequence[str | Path],
+    size: tuple[int, int],
+    channels: int = 3,
+    mode: str = "unit",
+) -> ImageBatch:
+    """Load images for a model; unreadable files are reported in ``errors`` and skipped.
+
+    Example:
+        >>> from kerascope.data import demo_images
+        >>> batch = load_images(demo_images()[:2] + ["missing.png"], size=(64, 64))
+        >>> batch.inputs.shape, list(batch.errors)
+        ((2, 64, 64, 3), ['missing.png'])
+    """
+    pixels, ok, errors = [], [], {}
+    for path in paths:  # file I/O per file; the explanation itself is batched
+        try:
+            pixels.append(read_image(path, size, channels))
+            ok.append(Path(path))
+        except ImageReadError as error:
+            errors[str(path)] = str(error)
+    h, w = size
+    stacked = np.stack(pixels) if pixels else np.zeros((0, h, w, channels), np.uint8)
+    return ImageBatch(preprocess(stacked, mode), stacked, ok, errors)
+
+
+def find_images(root: str | Path) -> list[Path]:
+    """All image files under ``root`` (recursively), sorted; a file path returns itself.
+
+    Example:
+        >>> from kerascope.data import demo_images
+        >>> len(find_images(demo_images()[0].parent)) == len(demo_images())
+        True
+    """
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())

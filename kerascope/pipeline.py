@@ -1,0 +1,156 @@
+"""The main job: explain image files with a model and write overlays, arrays and a report."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+from kerascope.core.engine import engine_for
+from kerascope.io.images import load_images, model_image_size
+from kerascope.methods.registry import get
+from kerascope.report.html import ReportEntry, write_report
+from kerascope.viz.overlay import save_overlay
+
+
+@dataclass
+class RunSummary:
+    """What a run produced: counts, timings and the files written.
+
+    Example:
+        >>> RunSummary(out_dir="out").as_dict()["processed"]
+        0
+    """
+
+    out_dir: str
+    processed: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    methods: list[str] = field(default_factory=list)
+    report: str | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+    predictions: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (for ``--json``).
+
+        Example:
+            >>> sorted(RunSummary(out_dir="o").as_dict())[:3]
+            ['errors', 'failed', 'methods']
+        """
+        return dict(vars(self))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _safe_stem(path: Path, index: int) -> str:
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in path.stem)[:80]
+    return f"{index:04d}_{stem}"
+
+
+def explain_images(
+    model: keras.Model,
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    methods: Sequence[str] = ("gradcam",),
+    layer: str | None = None,
+    targets: int | None = None,
+    size: tuple[int, int] | None = None,
+    preprocess: str = "unit",
+    class_names: Sequence[str] | None = None,
+    batch_size: int = 32,
+    cmap: str = "jet",
+    alpha: float = 0.5,
+    top_k: int = 3,
+    progress: bool = True,
+    title: str = "kerascope report",
+    method_params: dict[str, Any] | None = None,
+) -> RunSummary:
+    """Explain image files: writes ``OUT/overlays/*.png``, ``OUT/<method>.npz`` and ``OUT/index.html``.
+
+    Unreadable images are reported by name (in the summary and the report)
+    and the others are still processed. Existing files in ``out_dir`` other
+    than the ones this run writes are left alone.
+
+    Example:
+        >>> import kerascope as ks, tempfile
+        >>> from kerascope.data import demo_images, demo_model_path
+        >>> s = explain_images(ks.load_model(demo_model_path()), demo_images()[:1], tempfile.mkdtemp(),
+        ...                    progress=False)
+        >>> s.processed
+        1
+    """
+    start = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if size is None:
+        h, w, channels = model_image_size(model)
+        if h is None or w is None:
+            raise ValueError(
+                "The model accepts any image size; pass `size=(H, W)` (CLI: --size H W)."
+            )
+        size = (h, w)
+    else:
+        channels = model_image_size(model)[2] if getattr(model, "inputs", None) else 3
+    classes = [get(name) for name in methods]
+    batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
+    summary = RunSummary(out_dir=str(out), methods=[c.name for c in classes], errors=dict(batch.errors))
+    summary.failed = len(batch.errors)
+    entries: list[ReportEntry] = []
+    if len(batch):
+        engine = engine_for(model)
+        logits = engine.forward(batch.inputs, batch_size=batch_size)
+        logits = logits[0] if isinstance(logits, (list, tuple)) else logits
+        probs = np.asarray(logits) if engine.forward_gives_probabilities else _softmax(np.asarray(logits, np.float64))
+        (out / "inputs").mkdir(exist_ok=True)
+        stems = [_safe_stem(p, i) for i, p in enumerate(batch.paths)]
+        from PIL import Image
+
+        for stem, pixels in zip(stems, batch.pixels):
+            Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(out / "inputs" / f"{stem}.png")
+        overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
+        params = method_params or {}
+        explained: np.ndarray | None = None
+        for cls in classes:
+            kwargs: dict[str, Any] = {"batch_size": batch_size, "progress": progress}
+            kwargs.update(params.get(cls.name, {}))
+            if layer is not None and "layer" in cls.__init__.__code__.co_varnames:
+                kwargs.setdefault("layer", layer)
+            explanation = cls(model, **kwargs).explain(batch.inputs, targets)
+            explanation.extras["paths"] = np.array([str(p) for p in batch.paths])
+            explanation.save(out / f"{cls.name}.npz")
+            explained = explanation.targets
+            for i, stem in enumerate(stems):
+                rel = f"overlays/{stem}_{cls.name}.png"
+                save_overlay(out / rel, batch.pixels[i], explanation.attributions[i], cmap=cmap, alpha=alpha)
+                overlays[stem][cls.name] = rel
+        names = list(class_names) if class_names else [str(i) for i in range(probs.shape[-1])]
+        for i, (stem, path) in enumerate(zip(stems, batch.paths)):
+            order = np.argsort(-probs[i])[:top_k]
+            top = [(names[j] if j < len(names) else str(j), float(probs[i, j])) for j in order]
+            target = None if explained is None else names[int(explained[i])] if int(explained[i]) < len(names) else str(explained[i])
+            entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target))
+            summary.predictions[str(path)] = top[0][0]
+        summary.processed = len(batch)
+    report = write_report(
+        out / "index.html",
+        entries,
+        title=title,
+        subtitle=f"model {model.name} · methods {', '.join(summary.methods)} · {summary.processed} images",
+        errors=batch.errors,
+    )
+    summary.report = str(report)
+    summary.seconds = round(time.perf_counter() - start, 3)
+    (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=1))
+    return summary

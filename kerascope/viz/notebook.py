@@ -1,0 +1,56 @@
+"""Notebook display of an Explanation (``_repr_html_``)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+import numpy as np
+
+
+def png_data_uri(rgb: np.ndarray) -> str:
+    """Encode an RGB uint8 array as a ``data:image/png;base64,...`` URI.
+
+    Example:
+        >>> import numpy as np
+        >>> png_data_uri(np.zeros((2, 2, 3), np.uint8)).startswith("data:image/png;base64,")
+        True
+    """
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def explanation_html(explanation: Any, limit: int = 8) -> str:
+    """Small HTML summary with one heatmap per sample (first ``limit`` samples).
+
+    Example:
+        >>> import numpy as np
+        >>> from kerascope.core.explanation import Explanation
+        >>> e = Explanation(np.ones((1, 4, 4)), "gradcam", {}, np.array([0]), np.array([2.0]))
+        >>> "<img" in explanation_html(e)
+        True
+    """
+    import matplotlib
+
+    from kerascope.viz.overlay import heatmap
+
+    attrs = explanation.attributions
+    attrs = attrs[0] if isinstance(attrs, (list, tuple)) else attrs
+    cells = []
+    for i in range(min(len(explanation), limit)):
+        a = np.asarray(attrs[i])
+        if a.ndim in (2, 3) and (a.ndim == 2 or a.shape[-1] <= 4):
+            rgb = (matplotlib.colormaps["magma"](heatmap(a))[..., :3] * 255).astype(np.uint8)
+            picture = f'<img src="{png_data_uri(rgb)}" style="width:96px;image-rendering:pixelated">'
+        else:
+            picture = f"<code>shape {a.shape}</code>"
+        cells.append(
+            f"<td>{picture}<br>target {int(explanation.targets[i])}, score {float(explanation.scores[i]):.3g}</td>"
+        )
+    title = html.escape(f"{explanation.method} ({len(explanation)} samples)")
+    return f"<div><b>{title}</b><table><tr>{''.join(cells)}</tr></table></div>"

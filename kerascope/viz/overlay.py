@@ -1,0 +1,124 @@
+"""Heatmaps and overlays: display-only post-processing of raw attributions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def heatmap(attribution: np.ndarray, *, reduce: str = "abs_sum", percentile: float = 99.5) -> np.ndarray:
+    """Turn one raw attribution (``(H, W)`` or ``(H, W, C)``) into a 2-D map in [0, 1] for display.
+
+    Channels are reduced with ``reduce`` (``"abs_sum"``, ``"sum"``, ``"max_abs"``, ``"positive"``);
+    values are clipped at the given percentile then divided by it.
+
+    Example:
+        >>> import numpy as np
+        >>> h = heatmap(np.array([[0.0, 1.0], [2.0, 4.0]]), percentile=100)
+        >>> h.tolist()
+        [[0.0, 0.25], [0.5, 1.0]]
+    """
+    a = np.asarray(attribution, np.float32)
+    if a.ndim == 3:
+        if reduce == "abs_sum":
+            a = np.abs(a).sum(-1)
+        elif reduce == "sum":
+            a = a.sum(-1)
+        elif reduce == "max_abs":
+            a = np.abs(a).max(-1)
+        elif reduce == "positive":
+            a = np.maximum(a, 0).sum(-1)
+        else:
+            raise ValueError(
+                f"Unknown channel reduction. Received: reduce={reduce!r}. "
+                "Expected 'abs_sum', 'sum', 'max_abs' or 'positive'."
+            )
+    if a.ndim != 2:
+        raise ValueError(f"Expected a (H, W) or (H, W, C) attribution. Received: shape={a.shape}.")
+    a = np.maximum(a, 0) if reduce == "positive" else np.abs(a)
+    top = np.percentile(a, percentile) if a.size else 0.0
+    if not np.isfinite(top) or top <= 0:
+        return np.zeros_like(a)
+    return np.clip(a / top, 0.0, 1.0)
+
+
+def to_display(image: np.ndarray) -> np.ndarray:
+    """Scale an image (uint8, [0, 1], [0, 255] or any float range) to float RGB in [0, 1].
+
+    Example:
+        >>> import numpy as np
+        >>> to_display(np.full((1, 1, 3), 255, np.uint8)).tolist()
+        [[[1.0, 1.0, 1.0]]]
+    """
+    x = np.asarray(image)
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / 255.0
+    else:
+        x = x.astype(np.float32)
+        lo, hi = float(x.min()), float(x.max())
+        if lo < 0.0 or hi > 1.0:
+            x = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    if x.ndim == 2:
+        x = x[..., None]
+    if x.shape[-1] == 1:
+        x = np.repeat(x, 3, axis=-1)
+    return x[..., :3]
+
+
+def _resize(map2d: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    if map2d.shape == shape:
+        return map2d
+    from PIL import Image
+
+    image = Image.fromarray(map2d.astype(np.float32), mode="F")
+    return np.asarray(image.resize((shape[1], shape[0]), Image.BILINEAR), np.float32)
+
+
+def overlay(
+    image: np.ndarray, attribution: np.ndarray, *, cmap: str = "jet", alpha: float = 0.5, reduce: str = "abs_sum"
+) -> np.ndarray:
+    """Blend a colour-mapped heatmap of ``attribution`` over ``image``; returns RGB uint8.
+
+    Example:
+        >>> import numpy as np
+        >>> overlay(np.zeros((4, 4, 3)), np.ones((4, 4))).shape
+        (4, 4, 3)
+    """
+    import matplotlib
+
+    base = to_display(image)
+    h = heatmap(attribution, reduce=reduce)
+    h = _resize(h, base.shape[:2])
+    colours = matplotlib.colormaps[cmap](h)[..., :3]
+    blended = (1 - alpha) * base + alpha * colours
+    return np.round(np.clip(blended, 0, 1) * 255).astype(np.uint8)
+
+
+def save_overlay(
+    path: str | Path,
+    image: np.ndarray,
+    attribution: np.ndarray,
+    *,
+    cmap: str = "jet",
+    alpha: float = 0.5,
+    reduce: str = "abs_sum",
+    scale: int = 1,
+) -> Path:
+    """Write :func:`overlay` as a PNG (optionally enlarged ``scale`` times); returns the path.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> p = save_overlay(os.path.join(tempfile.mkdtemp(), "o.png"), np.zeros((4, 4, 3)), np.ones((4, 4)))
+        >>> p.suffix
+        '.png'
+    """
+    from PIL import Image
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    picture = Image.fromarray(overlay(image, attribution, cmap=cmap, alpha=alpha, reduce=reduce))
+    if scale > 1:
+        picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
+    picture.save(path)
+    return path

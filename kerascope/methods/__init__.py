@@ -2,17 +2,40 @@
 
 from kerascope.methods.base import Method
 from kerascope.methods.cam import CAM, GradCAM, GuidedGradCAM
+from kerascope.methods.cam_perturbation import AblationCAM, ScoreCAM
+from kerascope.methods.cam_variants import EigenCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
+from kerascope.methods.deeplift import Deconvnet, DeepLIFT
 from kerascope.methods.gradients import GradientXInput, GuidedBackprop, Saliency
+from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, IntegratedGradients
+from kerascope.methods.perturbation import Occlusion, RISE
 from kerascope.methods.registry import available, describe, get, register
+from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
 
 __all__ = [
+    "AblationCAM",
     "CAM",
+    "Deconvnet",
+    "DeepLIFT",
+    "EigenCAM",
+    "ExpectedGradients",
     "GradCAM",
+    "GradCAMPlusPlus",
+    "GradientSHAP",
     "GradientXInput",
     "GuidedBackprop",
     "GuidedGradCAM",
+    "HiResCAM",
+    "IntegratedGradients",
+    "LayerCAM",
     "Method",
+    "Occlusion",
+    "RISE",
     "Saliency",
+    "ScoreCAM",
+    "SmoothGrad",
+    "SmoothGradSquared",
+    "VarGrad",
+    "XGradCAM",
     "available",
     "describe",
     "get",

@@ -1,0 +1,223 @@
+"""Gradient-based CAM variants: each overrides one function of :class:`~kerascope.methods.cam.CAM`.
+
+Notation: ``A`` are the layer's activations ``(N, *spatial, C)``, ``g`` the
+gradients of the target score (a logit by default) w.r.t. ``A``, sums over
+``ij`` run over the spatial positions. The map is ``ReLU(...)``, upsampled
+bilinearly to the input unless ``upsample=False``; no min-max normalisation
+(that is display, see :mod:`kerascope.viz`). The formulas are those of
+pytorch-grad-cam (``pytorch_grad_cam/*.py``), which follow the papers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kerascope.methods.cam import CAM
+from kerascope.methods.registry import register
+
+
+def _spatial_axes(array: np.ndarray) -> tuple[int, ...]:
+    return tuple(range(1, array.ndim - 1))
+
+
+@register
+class GradCAMPlusPlus(CAM):
+    """Grad-CAM++ (Chattopadhay et al., 2018): positive gradients weighted by a closed-form alpha.
+
+    ``alpha = g^2 / (2 g^2 + sum_ij(A) * g^3 + eps)`` (0 where ``g == 0``),
+    ``w_c = sum_ij(alpha * ReLU(g))``, map ``ReLU(sum_c w_c A_c)``. This is
+    the paper's eq. 19 with the exponential-score trick (``Y = exp(S)``, so
+    higher derivatives are powers of ``g``); as in pytorch-grad-cam the
+    constant positive factor ``exp(S)`` is dropped from the weights, and
+    ``eps = 1e-6``. One forward and one backward pass.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> ks.GradCAMPlusPlus(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
+        (1, 8, 8)
+    """
+
+    name = "gradcam_plusplus"
+    description = "Grad-CAM with pixel-wise weights of positive gradients (Chattopadhay et al. 2018)."
+    aliases = ("gradcam++", "gradcampp", "grad_cam_plus_plus")
+    eps: ClassVar[float] = 1e-6
+
+    def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+        """``sum_ij(alpha * ReLU(g))`` with the closed-form alpha, ``(N, C)``.
+
+        Example:
+            >>> import numpy as np
+            >>> w = GradCAMPlusPlus.channel_weights(GradCAMPlusPlus, np.ones((1, 2, 2, 1)), np.ones((1, 2, 2, 1)))
+            >>> round(float(w[0, 0]), 4)  # 4 positions x alpha = 1 / (2 + 4)
+            0.6667
+        """
+        axes = _spatial_axes(gradients)
+        g2 = gradients.astype(np.float64) ** 2
+        g3 = g2 * gradients
+        sums = activations.astype(np.float64).sum(axis=axes, keepdims=True)
+        alpha = np.where(gradients != 0, g2 / (2.0 * g2 + sums * g3 + self.eps), 0.0)
+        return (alpha * np.maximum(gradients, 0.0)).sum(axis=axes).astype(np.float32)
+
+
+@register
+class XGradCAM(CAM):
+    """XGrad-CAM (Fu et al., 2020): gradients weighted by the normalised activations.
+
+    ``w_c = sum_ij(g * A) / (sum_ij(A) + eps)`` with ``eps = 1e-7`` (as
+    pytorch-grad-cam), map ``ReLU(sum_c w_c A_c)``. One forward and one
+    backward pass.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> ks.XGradCAM(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
+        (1, 8, 8)
+    """
+
+    name = "xgradcam"
+    description = "Gradients weighted by normalised activations, axiom-based (Fu et al. 2020)."
+    aliases = ("xgrad_cam",)
+    eps: ClassVar[float] = 1e-7
+
+    def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+        """``sum_ij(g * A) / (sum_ij(A) + eps)``, ``(N, C)``.
+
+        Example:
+            >>> import numpy as np
+            >>> w = XGradCAM.channel_weights(XGradCAM, np.ones((1, 2, 2, 1)), np.full((1, 2, 2, 1), 3.0))
+            >>> round(float(w[0, 0]), 4)
+            3.0
+        """
+        axes = _spatial_axes(gradients)
+        num = (gradients.astype(np.float64) * activations).sum(axis=axes)
+        return (num / (activations.astype(np.float64).sum(axis=axes) + self.eps)).astype(np.float32)
+
+
+@register
+class LayerCAM(CAM):
+    """LayerCAM (Jiang et al., 2021): activations weighted element-wise by positive gradients.
+
+    Map ``ReLU(sum_c ReLU(g_c) * A_c)`` (per position, no spatial pooling),
+    as pytorch-grad-cam's ``LayerCAM``. One forward and one backward pass.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> ks.LayerCAM(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
+        (1, 8, 8)
+    """
+
+    name = "layercam"
+    description = "Activations weighted element-wise by positive gradients (Jiang et al. 2021)."
+    aliases = ("layer_cam",)
+
+    def combine(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+        """``sum_c ReLU(g) * A``, ``(N, *spatial)``.
+
+        Example:
+            >>> import numpy as np
+            >>> LayerCAM.combine(LayerCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]])).tolist()
+            [[[2.0]]]
+        """
+        return np.sum(np.maximum(gradients, 0.0) * activations, axis=-1)
+
+
+@register
+class HiResCAM(CAM):
+    """HiResCAM (Draelos & Carin, 2020): activations times gradients, element-wise.
+
+    Map ``ReLU(sum_c g_c * A_c)``; for models ending in global average
+    pooling and a dense layer it equals Grad-CAM. Same as pytorch-grad-cam's
+    ``HiResCAM``. One forward and one backward pass.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> ks.HiResCAM(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
+        (1, 8, 8)
+    """
+
+    name = "hirescam"
+    description = "Element-wise gradient x activation summed over channels (Draelos & Carin 2020)."
+    aliases = ("hires_cam",)
+
+    def combine(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+        """``sum_c g * A``, ``(N, *spatial)``.
+
+        Example:
+            >>> import numpy as np
+            >>> HiResCAM.combine(HiResCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]])).tolist()
+            [[[1.0]]]
+        """
+        return np.sum(gradients * activations, axis=-1)
+
+
+def principal_projection(activations: np.ndarray) -> np.ndarray:
+    """Project each sample's activations on their first principal component, ``(N, *spatial)``.
+
+    Per sample, the ``(positions, C)`` matrix is centred over positions and
+    decomposed with an SVD (batched, no loop); the map is the centred matrix
+    times the first right singular vector, as pytorch-grad-cam's
+    ``get_2d_projection``. The SVD leaves the sign free; here it is fixed so
+    that the singular vector's components sum to ``>= 0``, which is the same
+    as making the projection positively correlated with the channel-summed
+    activation map ``sum_c A_c`` (pytorch-grad-cam leaves the sign to LAPACK).
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.zeros((1, 2, 2, 2)); a[0, 0, 0] = [1.0, 1.0]
+        >>> np.round(principal_projection(a).astype(float), 3).tolist()
+        [[[1.061, -0.354], [-0.354, -0.354]]]
+    """
+    array = np.nan_to_num(np.asarray(activations, np.float64))
+    n, channels = array.shape[0], array.shape[-1]
+    flat = array.reshape(n, -1, channels)
+    centred = flat - flat.mean(axis=1, keepdims=True)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    first = vt[:, 0, :]
+    sign = np.where(first.sum(axis=-1, keepdims=True) < 0, -1.0, 1.0)
+    projection = np.einsum("npc,nc->np", centred, first * sign)
+    return projection.reshape(array.shape[:-1]).astype(np.float32)
+
+
+@register
+class EigenCAM(CAM):
+    """Eigen-CAM (Muhammad & Yeasin, 2020): the first principal component of the activations.
+
+    Class-agnostic: the map is ``ReLU`` of the projection of each sample's
+    centred activations on their first principal component (see
+    :func:`principal_projection` for the sign convention). Gradients are not
+    used; the engine's pass still provides activations, targets and scores
+    (one forward and one backward pass).
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> ks.EigenCAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
+        (1, 8, 8)
+    """
+
+    name = "eigencam"
+    description = "First principal component of the feature maps, class-agnostic (Muhammad & Yeasin 2020)."
+    aliases = ("eigen_cam",)
+
+    def combine(self, activations: np.ndarray, gradients: Any) -> np.ndarray:
+        """Signed projection on the first principal component, ``(N, *spatial)``.
+
+        Example:
+            >>> import numpy as np
+            >>> EigenCAM.combine(EigenCAM, np.random.rand(2, 3, 3, 4), None).shape
+            (2, 3, 3)
+        """
+        return principal_projection(activations)
+
+
+__all__ = ["EigenCAM", "GradCAMPlusPlus", "HiResCAM", "LayerCAM", "XGradCAM", "principal_projection"]

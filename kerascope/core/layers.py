@@ -14,9 +14,6 @@ from dataclasses import dataclass
 
 import keras
 
-LayerSpec = "str | keras.Layer"
-
-
 def child_layers(layer: keras.Layer) -> list[keras.Layer]:
     """Return the direct sub-layers of ``layer`` (tracked attributes included).
 
@@ -29,7 +26,11 @@ def child_layers(layer: keras.Layer) -> list[keras.Layer]:
     flatten = getattr(layer, "_flatten_layers", None)
     if flatten is None:
         return []
-    return [child for child in flatten(include_self=False, recursive=False)]
+    return [
+        child
+        for child in flatten(include_self=False, recursive=False)
+        if not isinstance(child, keras.layers.InputLayer)
+    ]
 
 
 @dataclass(frozen=True)

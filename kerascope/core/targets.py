@@ -15,7 +15,6 @@ import numpy as np
 from keras import ops
 
 PREDICTED = -1
-TargetSpec = "int | list[int] | np.ndarray | None | Callable"
 
 
 def encode(targets: Any, n: int) -> tuple[np.ndarray, Callable | None]:

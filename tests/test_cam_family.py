@@ -391,3 +391,26 @@ def test_hirescam_equals_gradcam_for_global_average_pooling() -> None:
     grad = ks.GradCAM(model, layer="conv").explain(x, [0, 1]).attributions
     assert np.max(hires) > 0
     np.testing.assert_allclose(hires, grad, rtol=1e-4, atol=1e-6 * np.max(hires))
+
+
+def test_sequence_model_rank3_layer() -> None:
+    """Conv1D feature maps (N, t, C): maps are (N, t), upsampled linearly to the input length."""
+    keras.utils.set_random_seed(7)
+    conv = keras.layers.Conv1D(3, 3, activation="relu", name="conv", bias_initializer="ones")
+    dense = keras.layers.Dense(2, name="dense")
+    model = keras.Sequential([keras.Input((10, 2)), conv, keras.layers.Flatten(), dense])
+    x = np.random.default_rng(2).normal(size=(2, 10, 2)).astype("float32")
+    a = conv(x).numpy().astype(np.float64)
+    flat_kernel = dense.kernel.numpy().reshape(8, 3, 2)
+    y = np.einsum("ntc,tck->nk", a, flat_kernel) + dense.bias.numpy()
+    for cls in METHODS.values():
+        attributions = cls(model, layer="conv", batch_size=4).explain(x, [0, 1]).attributions
+        assert attributions.shape == (2, 10) and np.all(np.isfinite(attributions))
+    hires = ks.HiResCAM(model, layer="conv", upsample=False).explain(x, [0, 1]).attributions
+    g = np.stack([flat_kernel[..., 0], flat_kernel[..., 1]])  # linear head: dy/dA is the kernel
+    assert_maps_close(hires, np.maximum((g * a).sum(-1), 0))
+    ablation = ks.AblationCAM(model, layer="conv", upsample=False).explain(x, [0, 1]).attributions
+    t = np.array([0, 1])
+    score = y[np.arange(2), t]
+    drops = np.einsum("ntc,ntc->nc", a, g)  # zeroing channel c removes its linear contribution
+    assert_maps_close(ablation, np.maximum(np.einsum("ntc,nc->nt", a, drops / score[:, None]), 0))

@@ -1,0 +1,57 @@
+"""Explanation quality metrics: faithfulness, localisation and sanity checks.
+
+Each metric takes the model (where it needs one), the inputs, the
+attributions (or an :class:`~kerascope.Explanation`) and targets, and returns
+a small result object with per-sample ``scores`` and an ``aggregate``.
+
+Example:
+    >>> import numpy as np
+    >>> from kerascope import metrics
+    >>> a = np.zeros((1, 4, 4)); a[0, 0, 0] = 1.0
+    >>> m = np.zeros((1, 4, 4), bool); m[0, :2, :2] = True
+    >>> metrics.pointing_game(a, m).aggregate
+    1.0
+"""
+
+from kerascope.metrics._common import MetricResult, to_maps
+from kerascope.metrics.faithfulness import (
+    CurveResult,
+    average_drop,
+    average_increase,
+    deletion,
+    insertion,
+    mu_fidelity,
+)
+from kerascope.metrics.localisation import boxes_to_masks, energy_pointing_game, pointing_game
+from kerascope.metrics.sanity import (
+    SanityResult,
+    copy_model,
+    data_randomisation,
+    model_randomisation,
+    randomise_layer,
+    spearman,
+    ssim,
+    weighted_layers,
+)
+
+__all__ = [
+    "CurveResult",
+    "MetricResult",
+    "SanityResult",
+    "average_drop",
+    "average_increase",
+    "boxes_to_masks",
+    "copy_model",
+    "data_randomisation",
+    "deletion",
+    "energy_pointing_game",
+    "insertion",
+    "model_randomisation",
+    "mu_fidelity",
+    "pointing_game",
+    "randomise_layer",
+    "spearman",
+    "ssim",
+    "to_maps",
+    "weighted_layers",
+]

@@ -119,6 +119,23 @@ class Explanation:
                 extras=extras,
             )
 
+    def plot(self, inputs: Any = None, **kwargs: Any) -> Any:
+        """A matplotlib Figure of this explanation (see :func:`kerascope.viz.plots.plot_explanation`).
+
+        Image attributions give a grid (inputs in the first column when given), signed values
+        in a diverging colormap and heatmaps in a sequential one, with colour bars;
+        ``kind="sequence"`` / ``"tabular"`` plot time series and feature attributions.
+
+        Example:
+            >>> import numpy as np
+            >>> e = Explanation(np.random.rand(2, 8, 8), "gradcam", {}, np.array([0, 1]), np.ones(2))
+            >>> type(e.plot(np.random.rand(2, 8, 8, 3))).__name__
+            'Figure'
+        """
+        from kerascope.viz.plots import plot_explanation
+
+        return plot_explanation(self, inputs, **kwargs)
+
     def _repr_html_(self) -> str:
         from kerascope.viz.notebook import explanation_html
 

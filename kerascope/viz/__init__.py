@@ -1,5 +1,26 @@
-"""numpy -> pictures: normalisation for display, colour maps, overlays. Never used in computation."""
+"""numpy -> pictures: normalisation for display, colour maps, overlays, figures. Never used in computation."""
 
 from kerascope.viz.overlay import heatmap, overlay, save_overlay, to_display
+from kerascope.viz.plots import (
+    display_map,
+    is_signed,
+    plot_explanation,
+    plot_grid,
+    plot_sequence,
+    plot_tabular,
+    save_figure,
+)
 
-__all__ = ["heatmap", "overlay", "save_overlay", "to_display"]
+__all__ = [
+    "display_map",
+    "heatmap",
+    "is_signed",
+    "overlay",
+    "plot_explanation",
+    "plot_grid",
+    "plot_sequence",
+    "plot_tabular",
+    "save_figure",
+    "save_overlay",
+    "to_display",
+]

@@ -1,0 +1,341 @@
+"""JAX implementation of kerascope's differentiation primitives.
+
+``jax.grad`` only differentiates w.r.t. function arguments, so a probed layer
+output ``a`` is replaced by ``a + delta`` with ``delta = 0`` passed as a
+differentiable argument: the gradient w.r.t. ``delta`` is the gradient w.r.t.
+``a``. Keras variables are mapped to jit arguments with a
+:class:`keras.StatelessScope` (the machinery behind ``stateless_call``), so
+the compiled function never bakes the weights in as constants (a later
+``set_weights`` is seen) and weight gradients work.
+
+One ``jax.jit`` function per request; JAX compiles it once per distinct
+chunk shape (typically two: full chunks and the remainder) and reuses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+NAME = "jax"
+
+Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
+Specs = Sequence[tuple[tuple[int | None, ...], str]]
+
+
+class _RecordingScope(keras.StatelessScope):
+    """A stateless scope that records every Keras variable read inside it (in first-read order)."""
+
+    def __init__(self) -> None:
+        super().__init__(initialize_variables=False)
+        self.seen: dict[int, Any] = {}
+
+    def get_current_value(self, variable: Any) -> Any:
+        self.seen.setdefault(id(variable), variable)
+        return None
+
+
+def _abstract(input_specs: Specs, extra_int_rows: bool = False) -> list[jax.ShapeDtypeStruct]:
+    """Abstract arguments for a recording trace: every spec with the same (leading) batch size."""
+    batch = next((shape[0] for shape, _ in input_specs if shape and shape[0] is not None), 2)
+    specs = [((batch, *shape[1:]), np.dtype(dtype)) for shape, dtype in input_specs]
+    if extra_int_rows:
+        specs.append(((batch,), np.dtype(np.int32)))
+    return [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs]
+
+
+def _to_numpy(value: Any) -> Any:
+    return jax.tree.map(np.asarray, value)
+
+
+def _is_float(x: Any) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def _depends(jaxpr: Any, out_index: int, candidates: list[Any]) -> list[bool]:
+    """Whether output ``out_index`` of ``jaxpr`` depends on each var in ``candidates``.
+
+    Walks the equations backwards; an equation with a sub-jaxpr counts as
+    depending on all its inputs (conservative: never reports a false "no path").
+    """
+    from jax.extend import core as jcore
+
+    target = jaxpr.outvars[out_index]
+    if not isinstance(target, jcore.Var):
+        return [False] * len(candidates)
+    needed = {target}
+    for eqn in reversed(jaxpr.eqns):
+        if any(isinstance(v, jcore.Var) and v in needed for v in eqn.outvars):
+            needed.update(v for v in eqn.invars if isinstance(v, jcore.Var))
+    return [isinstance(c, jcore.Var) and c in needed for c in candidates]
+
+
+def _record(forward: Callable[..., Any], args: list[Any], n_layers: int) -> dict[str, Any]:
+    """Trace ``forward`` abstractly once: variables it reads, calls per probed layer, dependence."""
+    scope = _RecordingScope()
+    calls = [0] * n_layers
+
+    def traced(*flat: Any) -> Any:
+        def transform(i: int, _: Any, output: Any) -> Any:
+            calls[i] += 1
+            return output
+
+        with scope:
+            return forward(list(flat), transform)
+
+    closed, shapes = jax.make_jaxpr(traced, return_shape=True)(*args)
+    return {"variables": list(scope.seen.values()), "calls": calls, "jaxpr": closed.jaxpr, "shapes": shapes}
+
+
+def _match_weights(weights: Sequence[Any], variables: list[Any]) -> list[int | None]:
+    """Position of each requested weight among the variables read (``None``: not read, zero gradient)."""
+    positions: list[int | None] = []
+    for w in weights:
+        found = None
+        for index, variable in enumerate(variables):
+            if w is variable or w is getattr(variable, "_value", None):
+                found = index
+                break
+        positions.append(found)
+    return positions
+
+
+def compile_gradients(
+    forward: Forward,
+    *,
+    input_specs: Specs,
+    wrt_inputs: bool,
+    layer_names: Sequence[str],
+    weights: Sequence[Any],
+    jit_compile: bool = False,
+    on_trace: Callable[[], None] | None = None,
+) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
+    """Compile ``forward`` into one ``jax.jit(jax.value_and_grad(...))`` function.
+
+    ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
+    the gradient of ``sum(scores)`` is taken w.r.t. the inputs (if
+    ``wrt_inputs``), zero deltas added to the probed layer outputs (the last
+    call of each layer, as recorded) and ``weights``. ``jit_compile`` is
+    ignored: JAX always compiles with XLA.
+
+    Example:
+        >>> import numpy as np
+        >>> def forward(inputs, targets, transform):
+        ...     return jnp.sum(inputs[0] ** 2, axis=1), targets, []
+        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")],
+        ...                        wrt_inputs=True, layer_names=[], weights=[])
+        >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
+        [[2.0, 4.0]]
+    """
+    n_layers = len(layer_names)
+    if wrt_inputs and any(not np.issubdtype(np.dtype(d), np.floating) for _, d in input_specs):
+        raise ValueError(
+            "The target score is not differentiable w.r.t. the model inputs (integer "
+            "inputs such as token ids, or a non-differentiable op). For token inputs, "
+            "attribute at the embedding layer with `layer=`."
+        )
+
+    def record_fn(flat: list[Any], transform: Callable) -> Any:
+        scores, _, acts = forward(flat[:-1], flat[-1], transform)
+        return jnp.sum(jnp.asarray(scores, jnp.float32)), acts
+
+    info = _record(record_fn, _abstract(input_specs, extra_int_rows=True), n_layers)
+    variables: list[Any] = info["variables"]
+    act_vars = info["jaxpr"].outvars[1:]
+    act_leaves = jax.tree.leaves(info["shapes"][1])
+    if len(act_vars) == len(act_leaves):
+        offsets = np.cumsum([0] + [len(jax.tree.leaves(s)) for s in info["shapes"][1]])
+        reached = _depends(info["jaxpr"], 0, list(act_vars))
+        for i, name in enumerate(layer_names):
+            if not any(reached[offsets[i]:offsets[i + 1]]):
+                raise ValueError(
+                    f"The target score does not depend on the output of layer {name!r}: there "
+                    "is no differentiable path from this layer to the score. Received: "
+                    f"layer={name!r}. Pick a layer between the inputs and the output."
+                )
+    positions = _match_weights(weights, variables)
+    weight_index = {p: k for k, p in enumerate(positions) if p is not None}
+    weight_shapes = [tuple(np.shape(w)) for w in weights]
+    last_call = [max(c - 1, 0) for c in info["calls"]]
+
+    def step(diff_values: list[Any], other_values: list[Any], inputs: list[Any], targets: Any) -> dict[str, Any]:
+        if on_trace is not None:
+            on_trace()
+
+        def loss(diff: list[Any], xs: list[Any], deltas: list[Any]) -> tuple[Any, Any]:
+            other_iter = iter(other_values)
+            values = [
+                diff[weight_index[p]] if p in weight_index else next(other_iter)
+                for p in range(len(variables))
+            ]
+            seen = [0] * n_layers
+
+            def transform(i: int, _: Any, output: Any) -> Any:
+                call = seen[i]
+                seen[i] += 1
+                if deltas is None or call != last_call[i]:
+                    return output
+                return jax.tree.map(lambda o, d: o + d.astype(o.dtype), output, deltas[i])
+
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                scores, resolved, acts = forward(xs, targets, transform)
+            scores = jnp.asarray(scores, jnp.float32)
+            return jnp.sum(scores), (scores, resolved, acts)
+
+        def shapes_only(xs: list[Any]) -> Any:
+            return loss(diff_values, xs, None)[1][2]
+
+        act_shapes = jax.eval_shape(shapes_only, inputs)
+        deltas = [
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype if jnp.issubdtype(s.dtype, jnp.floating)
+                                             else jnp.float32), a)
+            for a in act_shapes
+        ]
+        argnums = (0, 1, 2) if wrt_inputs else (0, 2)
+        (_, (scores, resolved, acts)), grads = jax.value_and_grad(loss, argnums=argnums, has_aux=True)(
+            diff_values, inputs, deltas
+        )
+        w_grads, d_grads = grads[0], grads[-1]
+        f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
+        out = {
+            "scores": scores,
+            "targets": jnp.asarray(resolved, jnp.int32),
+            "acts": [jax.tree.map(f32, a) for a in acts],
+            "layer_grads": [jax.tree.map(f32, g) for g in d_grads],
+            "weight_grads": [
+                f32(w_grads[weight_index[p]]) if p is not None else jnp.zeros(shape, jnp.float32)
+                for p, shape in zip(positions, weight_shapes)
+            ],
+        }
+        if wrt_inputs:
+            out["input_grads"] = [f32(g) for g in grads[1]]
+        return out
+
+    compiled = jax.jit(step)
+
+    def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
+        values = [v.value for v in variables]
+        diff_values = [None] * len(weight_index)
+        for p, k in weight_index.items():
+            diff_values[k] = values[p]
+        other = [v for p, v in enumerate(values) if p not in weight_index]
+        result = compiled(diff_values, other, [jnp.asarray(x) for x in inputs],
+                          jnp.asarray(np.asarray(targets, np.int32)))
+        return _to_numpy(result)
+
+    return run
+
+
+def compile_forward(
+    forward: Callable[[list[Any]], Any],
+    *,
+    input_specs: Specs,
+    jit_compile: bool = False,
+) -> Callable[[list[np.ndarray]], Any]:
+    """Compile a gradient-free forward function of a list of inputs with ``jax.jit``.
+
+    The Keras variables it reads become jit arguments (current values at each call).
+
+    Example:
+        >>> import numpy as np
+        >>> fn = compile_forward(lambda xs: xs[0] * 2, input_specs=[((None, 1), "float32")])
+        >>> fn([np.ones((2, 1), "float32")]).tolist()
+        [[2.0], [2.0]]
+    """
+    info = _record(lambda flat, _t: forward(flat), _abstract(input_specs), 0)
+    variables = info["variables"]
+
+    def step(values: list[Any], inputs: list[Any]) -> Any:
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return forward(inputs)
+
+    compiled = jax.jit(step)
+
+    def run(inputs: list[np.ndarray]) -> Any:
+        return _to_numpy(compiled([v.value for v in variables], [jnp.asarray(x) for x in inputs]))
+
+    return run
+
+
+def _with_vjp(fn: Callable[[Any], Any], backward: Callable[[Any, Any, Any, Callable], Any]) -> Callable[[Any], Any]:
+    """``fn`` with a custom backward ``backward(x, y, dy, vjp) -> dx`` (``vjp``: fn's own)."""
+
+    @jax.custom_vjp
+    def wrapped(x: Any) -> Any:
+        return fn(x)
+
+    def fwd(x: Any) -> tuple[Any, Any]:
+        y, vjp = jax.vjp(fn, x)
+        return y, (x, y, vjp)
+
+    def bwd(res: Any, dy: Any) -> tuple[Any]:
+        x, y, vjp = res
+        return (backward(x, y, dy, vjp),)
+
+    wrapped.defvjp(fwd, bwd)
+    return wrapped
+
+
+def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
+    """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
+
+    ``"guided"``: ``relu'(x) * relu(dy)``; ``"deconvnet"``: ``relu(dy)``;
+    ``"deeplift"``: the rescale rule (see :func:`rescale_relu`).
+
+    Example:
+        >>> g = modified_relu(jax.nn.relu, "guided")
+        >>> x = jnp.array([-1.0, 2.0, 3.0])
+        >>> jax.grad(lambda v: jnp.sum(g(v) * jnp.array([5.0, 5.0, -5.0])))(x).tolist()
+        [0.0, 5.0, 0.0]
+    """
+    if rule == "deeplift":
+        return rescale_relu(fn)
+    if rule not in ("guided", "deconvnet"):
+        raise ValueError(
+            f"Unknown ReLU rule. Received: rule={rule!r}. Expected 'guided', 'deconvnet' or 'deeplift'."
+        )
+
+    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
+        positive = jnp.maximum(dy, 0)
+        if rule == "deconvnet":
+            return positive
+        return vjp(positive)[0]
+
+    wrapped = _with_vjp(fn, backward)
+    wrapped.__name__ = f"{rule}_{getattr(fn, '__name__', 'relu')}"
+    return wrapped
+
+
+def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any], Any]:
+    """Wrap an element-wise ``fn``: same forward value, DeepLIFT rescale-rule backward.
+
+    The batch holds the inputs in its first half and their references in its
+    second half, row for row; the multiplier ``(fn(x) - fn(x_ref)) / (x - x_ref)``
+    (the ordinary derivative where ``|x - x_ref| < eps``) is used for both halves.
+
+    Example:
+        >>> g = rescale_relu(jax.nn.relu)
+        >>> x = jnp.array([[-1.0, 3.0], [1.0, 1.0]])  # row 0: input, row 1: reference
+        >>> jax.grad(lambda v: jnp.sum(g(v)))(x).tolist()
+        [[0.5, 1.0], [0.5, 1.0]]
+    """
+
+    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
+        plain = vjp(dy)[0]
+        half = x.shape[0] // 2
+        delta_x = x[:half] - x[half:]
+        delta_y = y[:half] - y[half:]
+        delta_x = jnp.concatenate([delta_x, delta_x], axis=0)
+        delta_y = jnp.concatenate([delta_y, delta_y], axis=0)
+        small = jnp.abs(delta_x) < eps
+        ratio = delta_y / jnp.where(small, jnp.ones_like(delta_x), delta_x)
+        return jnp.where(small, plain, dy * ratio)
+
+    wrapped = _with_vjp(fn, backward)
+    wrapped.__name__ = f"deeplift_{getattr(fn, '__name__', 'relu')}"
+    return wrapped

@@ -8,7 +8,7 @@ Example:
     (1, 8, 8)
 """
 
-from kerascope import methods
+from kerascope import callbacks, methods
 from kerascope.api import explain
 from kerascope.core.engine import Engine
 from kerascope.core.explanation import Explanation
@@ -47,6 +47,8 @@ from kerascope.methods import (
     VarGrad,
     XGradCAM,
 )
+from kerascope.report.rebuild import rebuild_report
+from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular
 
 __version__ = "0.1.0"
 
@@ -89,3 +91,4 @@ __all__ = [
     "methods",
     "weight_gradients",
 ]
+__all__ += ["callbacks", "plot_grid", "plot_sequence", "plot_tabular", "rebuild_report"]

@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kerascope.cli import demo, explain, layers, methods
+from kerascope.cli import demo, explain, layers, methods, report
 
-COMMANDS = [explain, layers, methods, demo]
+COMMANDS = [explain, layers, methods, demo, report]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,67 @@
+"""``kerascope report RESULTS_DIR``: rebuild ``index.html`` from saved explanations, without the model."""
+
+from __future__ import annotations
+
+import argparse
+
+from kerascope.cli.common import add_output_flags, emit, load_class_names
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``report`` sub-command.
+
+    Example:
+        >>> from kerascope.cli import build_parser
+        >>> build_parser().parse_args(["report", "out", "--labels", "names.txt"]).labels
+        'names.txt'
+    """
+    p = sub.add_parser(
+        "report",
+        help="rebuild RESULTS_DIR/index.html from the saved .npz explanations and inputs/ (no model needed)",
+    )
+    p.add_argument("results", metavar="RESULTS_DIR", help="a folder written by `kerascope explain` or `demo`")
+    p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
+    p.add_argument("--title", help="page title (default: the saved one)")
+    p.add_argument("--redraw", action="store_true", help="redraw every overlay (default: only missing ones)")
+    p.add_argument("--cmap", default="jet", help="matplotlib colormap for redrawn overlays")
+    p.add_argument("--alpha", type=float, default=0.5, help="opacity of redrawn overlays")
+    p.add_argument("--embed", action="store_true", help="inline the pictures: index.html works as a single file")
+    add_output_flags(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Rebuild the report.
+
+    Example:
+        >>> from kerascope.cli import main
+        >>> main(["report", "kerascope-out", "--quiet"])  # doctest: +SKIP
+        0
+    """
+    import time
+
+    from kerascope.report.html import read_report_data
+    from kerascope.report.rebuild import rebuild_report
+
+    start = time.perf_counter()
+    path = rebuild_report(
+        args.results,
+        class_names=load_class_names(args.labels),
+        title=args.title,
+        redraw=args.redraw,
+        cmap=args.cmap,
+        alpha=args.alpha,
+        embed_images=args.embed,
+        progress=not (args.quiet or args.json),
+    )
+    data = read_report_data(path.parent) or {}
+    entries = data.get("entries", [])
+    summary = {
+        "report": str(path),
+        "images": len(entries),
+        "methods": sorted({m for e in entries for m in e.overlays}),
+        "errors": data.get("errors", {}),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    emit(args, summary, f"rebuilt {path} ({summary['images']} images, methods {', '.join(summary['methods'])})")
+    return 0

@@ -1,0 +1,261 @@
+"""PyTorch implementation of kerascope's differentiation primitives.
+
+Keras-on-torch runs eagerly: ``forward`` is run under autograd and
+``torch.autograd.grad`` is taken w.r.t. the inputs (``requires_grad``), the
+probed layer outputs (retained by the probe's ``transform``) and the
+variables' torch tensors (Keras torch variables *are* ``nn.Parameter``).
+Forward-only passes run under ``torch.no_grad``. ``torch.compile`` is not
+used: on CPU it was measured to be slower for these small eager graphs with
+scoped layer patches (see ``docs/backends.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import torch
+
+NAME = "torch"
+
+Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
+Specs = Sequence[tuple[tuple[int | None, ...], str]]
+
+
+def _to_numpy(value: Any) -> Any:
+    def one(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t.detach().cpu().numpy()
+        return np.asarray(t)
+
+    return keras.tree.map_structure(one, value)
+
+
+def _tensor(x: np.ndarray) -> torch.Tensor:
+    return keras.ops.convert_to_tensor(x)
+
+
+def _f32(t: Any) -> Any:
+    return keras.tree.map_structure(lambda v: v.detach().to(torch.float32), t)
+
+
+@contextlib.contextmanager
+def _requiring_grad(tensors: Sequence[torch.Tensor]) -> Iterator[None]:
+    """Temporarily set ``requires_grad`` on leaf tensors that lack it (frozen weights)."""
+    changed = [t for t in tensors if t.is_leaf and not t.requires_grad]
+    for t in changed:
+        t.requires_grad_(True)
+    try:
+        yield
+    finally:
+        for t in changed:
+            t.requires_grad_(False)
+
+
+def compile_gradients(
+    forward: Forward,
+    *,
+    input_specs: Specs,
+    wrt_inputs: bool,
+    layer_names: Sequence[str],
+    weights: Sequence[Any],
+    jit_compile: bool = False,
+    on_trace: Callable[[], None] | None = None,
+) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
+    """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``.
+
+    Gradients are taken w.r.t. the inputs (if ``wrt_inputs``), the last
+    output of each probed layer, and ``weights`` (torch tensors). Nothing is
+    traced, so ``on_trace`` is called once, on the first call; ``jit_compile``
+    is ignored.
+
+    Example:
+        >>> import numpy as np
+        >>> def forward(inputs, targets, transform):
+        ...     return (inputs[0] ** 2).sum(dim=1), targets, []
+        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")],
+        ...                        wrt_inputs=True, layer_names=[], weights=[])
+        >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
+        [[2.0, 4.0]]
+    """
+    if wrt_inputs and any(not np.issubdtype(np.dtype(d), np.floating) for _, d in input_specs):
+        raise ValueError(
+            "The target score is not differentiable w.r.t. the model inputs (integer "
+            "inputs such as token ids, or a non-differentiable op). For token inputs, "
+            "attribute at the embedding layer with `layer=`."
+        )
+    weights = [w for w in weights]
+    traced = [False]
+
+    def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
+        if not traced[0]:
+            traced[0] = True
+            if on_trace is not None:
+                on_trace()
+        xs = [_tensor(x) for x in inputs]
+        if wrt_inputs:
+            xs = [x.requires_grad_(True) for x in xs]
+
+        def transform(_: int, __: Any, output: Any) -> Any:
+            def keep(t: Any) -> Any:
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and not t.requires_grad:
+                    return t.detach().requires_grad_(True)
+                return t
+
+            return keras.tree.map_structure(keep, output)
+
+        with torch.enable_grad(), _requiring_grad(weights):
+            scores, resolved, acts = forward(xs, _tensor(np.asarray(targets, np.int32)), transform)
+            total = scores.to(torch.float32).sum()
+            flat_acts = [keras.tree.flatten(a) for a in acts]
+            sources = (xs if wrt_inputs else []) + [t for leaves in flat_acts for t in leaves] + weights
+            grads = list(torch.autograd.grad(total, sources, allow_unused=True)) if sources else []
+        input_grads = grads[: len(xs)] if wrt_inputs else []
+        rest = grads[len(input_grads):]
+        layer_grads = []
+        for name, act, leaves in zip(layer_names, acts, flat_acts):
+            got, rest = rest[: len(leaves)], rest[len(leaves):]
+            if all(g is None for g in got):
+                raise ValueError(
+                    f"The target score does not depend on the output of layer {name!r}: there "
+                    "is no differentiable path from this layer to the score. Received: "
+                    f"layer={name!r}. Pick a layer between the inputs and the output."
+                )
+            got = [torch.zeros_like(t) if g is None else g for g, t in zip(got, leaves)]
+            layer_grads.append(keras.tree.pack_sequence_as(act, got))
+        if wrt_inputs and any(g is None for g in input_grads):
+            raise ValueError(
+                "The target score is not differentiable w.r.t. the model inputs (integer "
+                "inputs such as token ids, or a non-differentiable op). For token inputs, "
+                "attribute at the embedding layer with `layer=`."
+            )
+        out = {
+            "scores": scores.detach().to(torch.float32),
+            "targets": resolved.detach() if isinstance(resolved, torch.Tensor) else resolved,
+            "acts": [_f32(a) for a in acts],
+            "layer_grads": [_f32(g) for g in layer_grads],
+            "weight_grads": [
+                torch.zeros(tuple(w.shape), dtype=torch.float32) if g is None else _f32(g)
+                for w, g in zip(weights, rest)
+            ],
+        }
+        if wrt_inputs:
+            out["input_grads"] = [_f32(g) for g in input_grads]
+        return _to_numpy(out)
+
+    return run
+
+
+def compile_forward(
+    forward: Callable[[list[Any]], Any],
+    *,
+    input_specs: Specs,
+    jit_compile: bool = False,
+) -> Callable[[list[np.ndarray]], Any]:
+    """Return a gradient-free forward function (``torch.no_grad``) of a list of inputs.
+
+    Example:
+        >>> import numpy as np
+        >>> fn = compile_forward(lambda xs: xs[0] * 2, input_specs=[((None, 1), "float32")])
+        >>> fn([np.ones((2, 1), "float32")]).tolist()
+        [[2.0], [2.0]]
+    """
+
+    def run(inputs: list[np.ndarray]) -> Any:
+        with torch.no_grad():
+            return _to_numpy(forward([_tensor(x) for x in inputs]))
+
+    return run
+
+
+def _with_backward(fn: Callable[[Any], Any], backward: Callable[[Any, Any, Any, Callable], Any], name: str) -> Callable:
+    """``fn`` with a custom backward ``backward(x, y, dy, vjp) -> dx`` (``vjp``: fn's own)."""
+
+    def vjp_of(x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        def vjp(dy: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():
+                leaf = x.detach().requires_grad_(True)
+                return torch.autograd.grad(fn(leaf), leaf, dy)[0]
+
+        return vjp
+
+    class Rule(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            y = fn(x)
+            ctx.save_for_backward(x, y)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
+            x, y = ctx.saved_tensors
+            return backward(x, y, dy, vjp_of(x))
+
+    Rule.__name__ = name
+
+    def wrapped(x: Any) -> Any:
+        return Rule.apply(_tensor(x))
+
+    wrapped.__name__ = name
+    return wrapped
+
+
+def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
+    """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
+
+    ``"guided"``: ``relu'(x) * relu(dy)``; ``"deconvnet"``: ``relu(dy)``;
+    ``"deeplift"``: the rescale rule (see :func:`rescale_relu`).
+
+    Example:
+        >>> g = modified_relu(torch.relu, "guided")
+        >>> x = torch.tensor([-1.0, 2.0, 3.0], requires_grad=True)
+        >>> (g(x) * torch.tensor([5.0, 5.0, -5.0])).sum().backward()
+        >>> x.grad.tolist()
+        [0.0, 5.0, 0.0]
+    """
+    if rule == "deeplift":
+        return rescale_relu(fn)
+    if rule not in ("guided", "deconvnet"):
+        raise ValueError(
+            f"Unknown ReLU rule. Received: rule={rule!r}. Expected 'guided', 'deconvnet' or 'deeplift'."
+        )
+
+    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
+        positive = torch.relu(dy)
+        if rule == "deconvnet":
+            return positive
+        return vjp(positive)
+
+    return _with_backward(fn, backward, f"{rule}_{getattr(fn, '__name__', 'relu')}")
+
+
+def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any], Any]:
+    """Wrap an element-wise ``fn``: same forward value, DeepLIFT rescale-rule backward.
+
+    The batch holds the inputs in its first half and their references in its
+    second half, row for row; the multiplier ``(fn(x) - fn(x_ref)) / (x - x_ref)``
+    (the ordinary derivative where ``|x - x_ref| < eps``) is used for both halves.
+
+    Example:
+        >>> g = rescale_relu(torch.relu)
+        >>> x = torch.tensor([[-1.0, 3.0], [1.0, 1.0]], requires_grad=True)  # input, reference
+        >>> g(x).sum().backward()
+        >>> x.grad.tolist()
+        [[0.5, 1.0], [0.5, 1.0]]
+    """
+
+    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
+        plain = vjp(dy)
+        half = x.shape[0] // 2
+        delta_x = x[:half] - x[half:]
+        delta_y = y[:half] - y[half:]
+        delta_x = torch.cat([delta_x, delta_x], dim=0)
+        delta_y = torch.cat([delta_y, delta_y], dim=0)
+        small = delta_x.abs() < eps
+        ratio = delta_y / torch.where(small, torch.ones_like(delta_x), delta_x)
+        return torch.where(small, plain, dy * ratio)
+
+    return _with_backward(fn, backward, f"deeplift_{getattr(fn, '__name__', 'relu')}")

@@ -178,16 +178,16 @@ class Engine:
         first = [a[:1] for a in inputs.arrays]
         with probe(candidates) as rec:
             outputs = self.model(inputs.model_arg(first), training=False)
-        flat_outputs = [np.asarray(o) for o in keras.tree.flatten(outputs)]
+        flat_outputs = [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(outputs)]
         bypassed = []
         for layer in candidates:
             for seen in rec.outputs.get(id(layer), []):
-                value = np.asarray(seen)
+                value = keras.ops.convert_to_numpy(seen)
                 if any(o.shape == value.shape and np.allclose(o, value) for o in flat_outputs):
                     bypassed.append(layer)
                     break
         self._bypassed = bypassed
-        chosen = np.asarray(self._select(outputs) if not callable(self.output_index) else flat_outputs[0])
+        chosen = keras.ops.convert_to_numpy(self._select(outputs)) if not callable(self.output_index) else flat_outputs[0]
         self._probabilities_out = bool(
             chosen.ndim >= 2
             and chosen.shape[-1] > 1

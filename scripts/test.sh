@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install kerascope with everything its tests need, then run the test suite.
+# Works on a fresh machine with Python 3.11 (root for the optional apt-get of Chromium).
+#   bash scripts/test.sh            # everything
+#   FAST=1 bash scripts/test.sh     # skip the Ray tests (-m "not ray")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export TF_CPP_MIN_LOG_LEVEL=3 PIP_DISABLE_PIP_VERSION_CHECK=1 RAY_AUTH_MODE=disabled
+export MPLBACKEND=Agg KERAS_BACKEND=${KERAS_BACKEND:-tensorflow}
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "install kerascope and test dependencies"
+# torch==2.13.0 resolves to a CPU build on these machines; a bare `torch` would pull a multi-GB CUDA build.
+"$PY" -m pip install -q -e ".[tensorflow,test,batch]" "torch==2.13.0" "captum" "jax[cpu]"
+
+step "install headless Chromium for the HTML report test (Debian package)"
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+      || echo "could not install chromium: the browser test will be skipped"
+  else
+    echo "chromium not installed and not root: the browser test will be skipped"
+  fi
+fi
+
+step "lint"
+"$PY" -m ruff check kerascope tests bench scripts
+
+step "tests"
+markers="not slow"
+[ -n "${FAST:-}" ] && markers="not slow and not ray"
+"$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 "$@"

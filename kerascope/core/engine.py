@@ -397,7 +397,7 @@ def _check_finite(result: GradientResult) -> None:
         )
 
 
-_ENGINES: "weakref.WeakKeyDictionary[keras.Layer, dict[Any, Engine]]" = weakref.WeakKeyDictionary()
+_ENGINES: weakref.WeakKeyDictionary[keras.Layer, dict[Any, Engine]] = weakref.WeakKeyDictionary()
 
 
 def engine_for(model: keras.Layer, output: str = "logits", output_index: Any = None, jit_compile: bool = False) -> Engine:

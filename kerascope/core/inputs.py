@@ -64,7 +64,7 @@ class Inputs:
             return list(arrays)
         return arrays[0]
 
-    def structurer(self) -> "Callable[[list[Any]], Any]":
+    def structurer(self) -> Callable[[list[Any]], Any]:
         """Return a function doing :meth:`model_arg` that does not hold the arrays.
 
         Example:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import keras
 
+
 def child_layers(layer: keras.Layer) -> list[keras.Layer]:
     """Return the direct sub-layers of ``layer`` (tracked attributes included).
 

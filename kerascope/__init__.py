@@ -8,7 +8,7 @@ Example:
     (1, 8, 8)
 """
 
-from kerascope import callbacks, methods
+from kerascope import batch, callbacks, methods
 from kerascope.api import explain
 from kerascope.core.engine import Engine
 from kerascope.core.explanation import Explanation
@@ -81,6 +81,7 @@ __all__ = [
     "VarGrad",
     "XGradCAM",
     "__version__",
+    "batch",
     "explain",
     "find_layer",
     "input_gradients",

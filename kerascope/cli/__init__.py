@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kerascope.cli import demo, explain, layers, methods, report
+from kerascope.cli import batch, demo, explain, layers, methods, report
 
-COMMANDS = [explain, layers, methods, demo, report]
+COMMANDS = [explain, layers, methods, demo, report, batch]
 
 
 def build_parser() -> argparse.ArgumentParser:

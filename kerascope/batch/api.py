@@ -1,0 +1,341 @@
+"""``ks.batch.run``: explain a whole data set into sharded Parquet, locally or on Ray, resumably."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kerascope.batch import shards as sh
+from kerascope.batch.collector import Collector
+from kerascope.batch.sources import fingerprint, open_source
+from kerascope.batch.worker import BatchExplainer, WorkerConfig
+
+ENGINES = ("local", "ray")
+MAP_DTYPES = ("float16", "float32")
+
+
+@dataclass
+class BatchSummary:
+    """What a batch run did: counts for this run, timings, and where things are.
+
+    ``processed``/``failed`` count the inputs computed by this run; ``skipped``
+    the inputs of shards a previous run had already completed.
+
+    Example:
+        >>> BatchSummary(out_dir="out", engine="local").as_dict()["processed"]
+        0
+    """
+
+    out_dir: str
+    engine: str
+    total: int = 0
+    processed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    shards_written: int = 0
+    shards_skipped: int = 0
+    seconds: float = 0.0
+    compute_seconds: float = 0.0
+    startup_seconds: float = 0.0
+    images_per_s: float = 0.0
+    errors_total: int = 0
+    errors_table: str | None = None
+    manifest: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (for ``--json``).
+
+        Example:
+            >>> "images_per_s" in BatchSummary(out_dir="o", engine="ray").as_dict()
+            True
+        """
+        return dict(vars(self))
+
+    def text(self) -> str:
+        """One human line.
+
+        Example:
+            >>> BatchSummary(out_dir="o", engine="local", processed=10, seconds=2.0, images_per_s=5.0).text()[:12]
+            'processed 10'
+        """
+        line = (f"processed {self.processed}, failed {self.failed}, skipped {self.skipped} (already done) "
+                f"in {self.seconds:.1f}s ({self.images_per_s:.1f} images/s, engine {self.engine}) -> {self.out_dir}")
+        if self.errors_total:
+            line += f"\n{self.errors_total} input(s) failed; reasons in {self.errors_table}"
+        return line
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file, streamed.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "f"); _ = open(p, "wb").write(b"")
+        >>> file_sha256(p)[:8]
+        'e3b0c442'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def resolve_targets(targets: Any, ids: list[str]) -> tuple[np.ndarray, int]:
+    """Per-input target classes (-1 = the predicted class) and how many ids a mapping did not cover.
+
+    ``targets``: ``None`` (predicted class), an int (same class for all), a
+    sequence with one int per input, a dict ``id -> class`` or the path of a CSV
+    file with rows ``id,class`` (a header row is allowed). Ids are matched as
+    written, else by file name when that is unique.
+
+    Example:
+        >>> resolve_targets({"a.png": 2}, ["a.png", "b.png"])
+        (array([ 2, -1]), 1)
+    """
+    n = len(ids)
+    if targets is None:
+        return np.full(n, -1, np.int64), 0
+    if isinstance(targets, (int, np.integer)):
+        return np.full(n, int(targets), np.int64), 0
+    if isinstance(targets, (str, Path)):
+        targets = _read_targets_csv(Path(targets))
+    if isinstance(targets, dict):
+        names = [Path(i).name for i in ids]
+        unique_names = len(set(names)) == len(names)
+        lookup = {str(k): int(v) for k, v in targets.items()}
+        by_name = {Path(k).name: v for k, v in lookup.items()} if unique_names else {}
+        values = [lookup.get(i, by_name.get(name, -1)) for i, name in zip(ids, names, strict=True)]
+        out = np.asarray(values, np.int64)
+        return out, int((out < 0).sum())
+    out = np.asarray(list(targets), np.int64)
+    if out.shape != (n,):
+        raise ValueError(f"Expected one target per input ({n}). Received: {out.shape[0]} targets.")
+    return out, 0
+
+
+def _read_targets_csv(path: Path) -> dict[str, int]:
+    if not path.exists():
+        raise FileNotFoundError(f"No targets file. Received: targets={str(path)!r}.")
+    out: dict[str, int] = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        for number, row in enumerate(csv.reader(handle)):
+            if not row or row[0].startswith("#"):
+                continue
+            if len(row) < 2:
+                raise ValueError(f"{path}:{number + 1}: expected 'id,class'. Received: {row!r}.")
+            try:
+                out[row[0].strip()] = int(row[1])
+            except ValueError:
+                if number == 0:
+                    continue  # header
+                raise ValueError(
+                    f"{path}:{number + 1}: the class must be an integer index. Received: {row[1]!r}."
+                ) from None
+    return out
+
+
+def run(
+    model: str | Path,
+    inputs: Any,
+    out_dir: str | Path,
+    *,
+    method: str = "gradcam",
+    layer: str | None = None,
+    targets: Any = None,
+    engine: str = "local",
+    batch_size: int = 32,
+    workers: int = 2,
+    address: str | None = None,
+    overlays: bool = False,
+    map_size: tuple[int, int] | None = None,
+    map_dtype: str = "float32",
+    shard_size: int = 512,
+    size: tuple[int, int] | None = None,
+    preprocess: str = "unit",
+    method_params: dict[str, Any] | None = None,
+    safe_mode: bool = True,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_shard: Callable[[int], Any] | None = None,
+    ray_remote_args: dict[str, Any] | None = None,
+) -> BatchSummary:
+    """Explain every input of a data set; write sharded Parquet, a manifest and an errors table.
+
+    Output in ``out_dir``: ``shards/part-NNNNN.parquet`` (one row per input:
+    ``index``, ``id``, ``target``, ``predicted``, ``score``, ``error``, ``map``),
+    ``errors.parquet`` (the failed inputs and why), ``manifest.json`` (method,
+    parameters, model SHA-256, kerascope version, summary) and with
+    ``overlays=True`` ``overlays/*.png``. Running again on the same folder
+    resumes: complete shards are skipped, only missing ones are computed.
+
+    Args:
+        model: path of a ``.keras``/``.h5`` file (hashed into the manifest; sent to Ray actors as bytes).
+        inputs: a folder of images (recursive), an image, a list file, a ``.npy``/``.parquet`` file,
+            a list of paths or an array (see :func:`kerascope.batch.sources.open_source`).
+        targets: None (predicted class), an int, one int per input, a dict id -> class, or a CSV path.
+        engine: ``"local"`` (this process, no Ray needed) or ``"ray"``.
+        workers: Ray actors (each loads the model once).
+        address: an existing Ray cluster (e.g. ``"ray://head:10001"`` or ``"auto"``); default: a local Ray.
+        map_size: ``(H, W)`` to resize the stored maps to (bilinear); default: the method's output size.
+        map_dtype: ``"float32"`` or ``"float16"`` for the stored maps.
+        shard_size: inputs per shard (the unit of atomic writes and of resume).
+        on_shard: called with each shard number after the shard is written.
+
+    Example:
+        >>> import kerascope as ks, numpy as np, tempfile
+        >>> from kerascope.data import demo_model_path
+        >>> s = ks.batch.run(demo_model_path(), np.zeros((3, 64, 64, 3), np.float32), tempfile.mkdtemp(),
+        ...                  shard_size=2, progress=False)
+        >>> s.processed, s.shards_written
+        (3, 2)
+    """
+    start = time.perf_counter()
+    if engine not in ENGINES:
+        raise ValueError(f"Unknown engine. Received: engine={engine!r}. Expected one of {list(ENGINES)}.")
+    if map_dtype not in MAP_DTYPES:
+        raise ValueError(f"Unsupported map dtype. Received: map_dtype={map_dtype!r}. Expected one of {list(MAP_DTYPES)}.")
+    if batch_size < 1 or workers < 1:
+        raise ValueError(f"`batch_size` and `workers` must be >= 1. Received: batch_size={batch_size}, workers={workers}.")
+    model_path = Path(model)
+    if not model_path.is_file():
+        raise FileNotFoundError(f"No model file. Received: model={str(model)!r}. Batch runs need a model file.")
+    out = Path(out_dir)
+    source = open_source(inputs)
+    ids = source.ids()
+    total = len(ids)
+    target_array, targets_missing = resolve_targets(targets, ids)
+    params = dict(method_params or {})
+    if layer is not None:
+        params["layer"] = layer
+    config = WorkerConfig(
+        model_path=str(model_path), source=source, method=method, method_params=params, batch_size=batch_size,
+        size=tuple(size) if size else None, preprocess=preprocess,
+        map_size=tuple(map_size) if map_size else None, map_dtype=map_dtype,
+        overlay_dir=str(out / "overlays") if overlays else None, safe_mode=safe_mode,
+    )
+    explainer = BatchExplainer(config)  # fails early, in the driver, on a bad method / layer / model
+    source.validate(explainer.input_shape)
+    map_shape = explainer.map_shape()
+    from kerascope import __version__
+
+    manifest: dict[str, Any] = {
+        "format": 1,
+        "kerascope_version": __version__,
+        "method": explainer.method.name,
+        "method_params": explainer.params(),
+        "model_file": str(model_path),
+        "model_sha256": file_sha256(model_path),
+        "input": source.describe(),
+        "num_inputs": total,
+        "inputs_sha256": fingerprint(source),
+        "input_shape": list(explainer.input_shape),
+        "preprocess": preprocess,
+        "targets_sha256": hashlib.sha256(target_array.tobytes()).hexdigest(),
+        "targets_missing": targets_missing,
+        "shard_size": shard_size,
+        "num_shards": sh.num_shards(total, shard_size),
+        "map_shape": list(map_shape),
+        "map_dtype": map_dtype,
+        "columns": list(sh.COLUMNS),
+    }
+    previous = sh.read_manifest(out)
+    if previous is not None and overwrite:
+        sh.remove_outputs(out)
+        previous = None
+    if previous is not None:
+        sh.check_resumable(previous, manifest, out)
+    sh.clean_temporary(out)
+    done = sh.complete_shards(out, shard_size, total) if previous is not None else set()
+    pending = [s for s in range(manifest["num_shards"]) if s not in done]
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = sh.write_json(out / sh.MANIFEST, {**manifest, "status": "running"})
+    summary = BatchSummary(out_dir=str(out), engine=engine, total=total, manifest=str(manifest_path),
+                           shards_skipped=len(done),
+                           skipped=sum(len(sh.shard_range(s, shard_size, total)) for s in done))
+    pending_indices = [np.arange(r.start, r.stop, dtype=np.int64)
+                       for r in (sh.shard_range(s, shard_size, total) for s in pending)]
+    started = False
+    if engine == "ray" and pending_indices:
+        from kerascope.batch.ray_engine import start_ray
+
+        started, summary.startup_seconds = start_ray(address)
+    bar = _progress_bar(sum(len(i) for i in pending_indices), progress)
+    collector = Collector(str(out), pending, shard_size, total, ids, map_shape, map_dtype, on_shard, bar)
+    try:
+        compute_start = time.perf_counter()
+        if engine == "local":
+            from kerascope.batch.local import execute_local
+
+            execute_local(explainer, pending_indices, target_array, batch_size, collector)
+        elif pending_indices:
+            from kerascope.batch.ray_engine import execute_ray
+
+            summary.details = execute_ray(
+                config, pending_indices, target_array, collector, workers=workers, batch_size=batch_size,
+                model_bytes=model_path.read_bytes(), ray_remote_args=ray_remote_args,
+            )
+        summary.compute_seconds = time.perf_counter() - compute_start
+        collector.finish()
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+        if bar is not None:
+            bar.close()
+        summary.processed, summary.failed = collector.processed, collector.failed
+        summary.shards_written = len(collector.written)
+    errors_path, summary.errors_total = sh.write_errors(out) if total else (None, 0)
+    summary.errors_table = str(errors_path) if errors_path else None
+    summary.seconds = time.perf_counter() - start
+    computed = summary.processed + summary.failed
+    summary.images_per_s = computed / summary.compute_seconds if summary.compute_seconds > 0 else 0.0
+    if collector.duplicates:
+        summary.details["duplicates_dropped"] = collector.duplicates
+    sh.write_json(out / sh.MANIFEST, {**manifest, "status": "complete", "summary": summary.as_dict()})
+    return summary
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    if not enabled or total == 0:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="img", desc="kerascope batch", smoothing=0.1, dynamic_ncols=True)
+
+
+def read(out_dir: str | Path, columns: Sequence[str] | None = None) -> Any:
+    """The results of a run as a ``pyarrow.Table`` in input order (see :func:`maps_to_numpy` for the maps).
+
+    Example:
+        >>> import kerascope as ks, numpy as np, tempfile
+        >>> from kerascope.data import demo_model_path
+        >>> out = tempfile.mkdtemp()
+        >>> _ = ks.batch.run(demo_model_path(), np.zeros((2, 64, 64, 3), np.float32), out, progress=False)
+        >>> ks.batch.read(out).column("index").to_pylist()
+        [0, 1]
+    """
+    return sh.read_results(out_dir, columns)
+
+
+def manifest(out_dir: str | Path) -> dict[str, Any]:
+    """The manifest of a run folder.
+
+    Example:
+        >>> manifest("out")["method"]  # doctest: +SKIP
+        'gradcam'
+    """
+    found = sh.read_manifest(out_dir)
+    if found is None:
+        raise FileNotFoundError(f"No manifest.json. Received: out_dir={str(out_dir)!r}.")
+    return json.loads(json.dumps(found))

@@ -1,0 +1,83 @@
+"""``kerascope batch MODEL_FILE INPUT --out DIR [--engine local|ray] ...``: explain a whole data set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from kerascope.cli.common import add_image_flags, add_model_flags, add_output_flags, emit
+
+
+def _param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE. Received: {text!r}.")
+    key, value = text.split("=", 1)
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``batch`` sub-command.
+
+    Example:
+        >>> from kerascope.cli import build_parser
+        >>> a = build_parser().parse_args(["batch", "m.keras", "imgs/", "--out", "o", "--engine", "ray"])
+        >>> a.engine, a.workers, a.map_dtype
+        ('ray', 2, 'float32')
+    """
+    p = sub.add_parser(
+        "batch",
+        help="explain a whole data set into sharded Parquet (resumable; local or Ray)",
+        description="Explain every input of INPUT (a folder of images searched recursively, a list file, "
+        "a .npy or .parquet file). Writes OUT/shards/part-*.parquet (one row per input), OUT/errors.parquet, "
+        "OUT/manifest.json and with --overlays OUT/overlays/*.png. Run the same command again to resume.",
+    )
+    add_model_flags(p)
+    p.add_argument("input", metavar="INPUT", help="folder, list file (.txt/.lst), .npy or .parquet")
+    p.add_argument("--method", default="gradcam", help="method name (default gradcam); see `kerascope methods`")
+    p.add_argument("--layer", help="layer path for CAM methods")
+    p.add_argument("--param", action="append", type=_param, default=[], metavar="KEY=VALUE",
+                   help="method hyper-parameter (repeatable), e.g. --param samples=16")
+    p.add_argument("--targets", help="CSV of 'id,class' rows, or one class index for all (default: predicted class)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--engine", choices=["local", "ray"], default="local")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--workers", type=int, default=2, help="Ray actors (each loads the model once)")
+    p.add_argument("--address", help="an existing Ray cluster (e.g. auto or ray://head:10001); default: local Ray")
+    p.add_argument("--shard-size", type=int, default=512, help="inputs per Parquet shard (unit of resume)")
+    p.add_argument("--overlays", action="store_true", help="also write overlay PNGs to OUT/overlays")
+    p.add_argument("--map-size", nargs=2, type=int, metavar=("H", "W"), help="resize stored maps to H W")
+    p.add_argument("--map-dtype", choices=["float16", "float32"], default="float32")
+    p.add_argument("--overwrite", action="store_true", help="discard a different earlier run in OUT")
+    add_image_flags(p)
+    add_output_flags(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``batch``; exit code 1 if some inputs failed (they are listed in OUT/errors.parquet).
+
+    Example:
+        >>> from kerascope.cli import main
+        >>> main(["batch", "missing.keras", "imgs", "--out", "o"])  # doctest: +SKIP
+        2
+    """
+    from kerascope.batch import run as batch_run
+
+    targets: Any = args.targets
+    if targets is not None and targets.lstrip("-").isdigit():
+        targets = int(targets)
+    summary = batch_run(
+        args.model, args.input, args.out,
+        method=args.method, layer=args.layer, targets=targets, engine=args.engine,
+        batch_size=args.batch_size, workers=args.workers, address=args.address, overlays=args.overlays,
+        map_size=tuple(args.map_size) if args.map_size else None, map_dtype=args.map_dtype,
+        shard_size=args.shard_size, size=tuple(args.size) if args.size else None, preprocess=args.preprocess,
+        method_params=dict(args.param), safe_mode=not args.unsafe, overwrite=args.overwrite,
+        progress=not (args.quiet or args.json),
+    )
+    emit(args, summary.as_dict(), summary.text())
+    return 1 if summary.failed else 0

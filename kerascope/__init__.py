@@ -23,6 +23,7 @@ from kerascope.core.primitives import (
 from kerascope.io.models import load_model
 from kerascope.methods import (
     CAM,
+    RISE,
     AblationCAM,
     Deconvnet,
     DeepLIFT,
@@ -39,7 +40,6 @@ from kerascope.methods import (
     LayerCAM,
     Method,
     Occlusion,
-    RISE,
     Saliency,
     ScoreCAM,
     SmoothGrad,

@@ -7,7 +7,7 @@ from kerascope.methods.cam_variants import EigenCAM, GradCAMPlusPlus, HiResCAM, 
 from kerascope.methods.deeplift import Deconvnet, DeepLIFT
 from kerascope.methods.gradients import GradientXInput, GuidedBackprop, Saliency
 from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, IntegratedGradients
-from kerascope.methods.perturbation import Occlusion, RISE
+from kerascope.methods.perturbation import RISE, Occlusion
 from kerascope.methods.registry import available, describe, get, register
 from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
 

@@ -1,0 +1,164 @@
+"""Shared machinery for methods that fold samples / steps / masks into the batch axis.
+
+A method that evaluates ``R`` variants of each of ``N`` inputs (noise samples,
+IG steps, occluded copies, masks) sees them as ``N * R`` rows. Rows are built
+lazily, ``batch_size`` at a time, by the method (from flat row indices), and
+the per-row results are reduced to per-input results with one weighted
+matrix product per chunk: no Python loop per sample, step or mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import keras
+import numpy as np
+
+from kerascope.core import targets as targets_lib
+from kerascope.core.engine import Engine
+from kerascope.core.inputs import Inputs
+
+
+def forward_scores(
+    engine: Engine, inputs: Inputs, targets: Any, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Target scores and resolved targets from forward passes only (no gradients).
+
+    ``targets`` as everywhere (int, list, None = predicted class, callable).
+    Returns ``(scores (N,), targets (N,))``.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> from kerascope.core.engine import engine_for
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, use_bias=False)])
+        >>> m.layers[0].set_weights([np.array([[1.0, 0.0], [0.0, 2.0]])])
+        >>> s, t = forward_scores(engine_for(m), Inputs(np.ones((1, 2))), None, 8)
+        >>> s.tolist(), t.tolist()
+        ([2.0], [1])
+    """
+    indices, target_fn = targets_lib.encode(targets, inputs.batch_size)
+    scores, resolved = [], []
+    for part, arrays in inputs.chunks(batch_size):
+        outputs = engine.forward(Inputs(inputs.model_arg(arrays)), batch_size)
+        if target_fn is not None:
+            value = keras.ops.convert_to_numpy(target_fn(outputs))
+            scores.append(np.asarray(value, np.float32).reshape(-1))
+            resolved.append(indices[part])
+        else:
+            selected = np.asarray(engine._select(outputs))
+            targets_lib.check_range(indices[part], int(np.prod(selected.shape[1:])))
+            s, t = targets_lib.class_scores(selected, indices[part])
+            scores.append(np.asarray(keras.ops.convert_to_numpy(s), np.float32))
+            resolved.append(np.asarray(keras.ops.convert_to_numpy(t)))
+    return np.concatenate(scores), np.concatenate(resolved).astype(np.int64)
+
+
+def row_targets(targets: Any, resolved: np.ndarray, owners: np.ndarray) -> Any:
+    """Targets for folded rows: the callable itself, or each row's owner's resolved class.
+
+    Example:
+        >>> import numpy as np
+        >>> row_targets(None, np.array([3, 5]), np.array([0, 0, 1])).tolist()
+        [3, 3, 5]
+    """
+    if callable(targets):
+        return targets
+    return resolved[owners]
+
+
+def chunk_ranges(total: int, batch_size: int) -> Iterator[np.ndarray]:
+    """Flat row indices ``[start, stop)`` of each chunk of at most ``batch_size`` rows.
+
+    Example:
+        >>> [r.tolist() for r in chunk_ranges(5, 2)]
+        [[0, 1], [2, 3], [4]]
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
+    for start in range(0, total, batch_size):
+        yield np.arange(start, min(start + batch_size, total))
+
+
+def reduce_rows(
+    accumulator: np.ndarray, owners: np.ndarray, weights: np.ndarray, values: np.ndarray
+) -> None:
+    """``accumulator[owner] += weight * value`` for every row, as one matrix product (float64).
+
+    Example:
+        >>> import numpy as np
+        >>> acc = np.zeros((2, 3))
+        >>> reduce_rows(acc, np.array([0, 0, 1]), np.array([1.0, 2.0, 1.0]), np.ones((3, 3)))
+        >>> acc.tolist()
+        [[3.0, 3.0, 3.0], [1.0, 1.0, 1.0]]
+    """
+    n = accumulator.shape[0]
+    matrix = np.zeros((n, len(owners)), np.float64)
+    matrix[owners, np.arange(len(owners))] = weights
+    flat = np.asarray(values, np.float64).reshape(len(owners), -1)
+    accumulator.reshape(n, -1)[...] += matrix @ flat
+
+
+class Stream:
+    """Items ``0, 1, 2, ...`` generated in order from a seeded numpy generator, on demand.
+
+    ``make(rng, count)`` returns ``count`` consecutive items (an array with a
+    leading axis). Asking for a range ``[a, b)`` generates what is missing
+    and forgets items before ``a``, so memory stays bounded by a chunk while
+    the items depend only on the seed and their index, never on the chunking.
+
+    Example:
+        >>> import numpy as np
+        >>> s = Stream(0, lambda rng, n: rng.standard_normal((n, 2)))
+        >>> a = s.take(0, 3); b = s.take(2, 5)
+        >>> t = Stream(0, lambda rng, n: rng.standard_normal((n, 2))).take(0, 5)
+        >>> bool(np.array_equal(np.concatenate([a, b[1:]]), t))
+        True
+    """
+
+    def __init__(self, seed: int | None, make: Callable[[np.random.Generator, int], np.ndarray]) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._make = make
+        self._start = 0
+        self._items: np.ndarray | None = None
+
+    def take(self, start: int, stop: int) -> np.ndarray:
+        """Items ``start .. stop - 1`` (``start`` never decreases between calls).
+
+        Example:
+            >>> import numpy as np
+            >>> Stream(1, lambda rng, n: np.arange(n)).take(0, 3).tolist()
+            [0, 1, 2]
+        """
+        if start < self._start:
+            raise ValueError(f"Stream items are generated in order. Received: start={start} < {self._start}.")
+        have = 0 if self._items is None else len(self._items)
+        if self._items is not None:
+            drop = min(start - self._start, have)
+            self._items = self._items[drop:]
+            self._start += drop
+        if self._start < start:  # skip items never asked for
+            self._make(self._rng, start - self._start)
+            self._start = start
+            self._items = None
+        have = 0 if self._items is None else len(self._items)
+        missing = stop - self._start - have
+        if missing > 0:
+            new = self._make(self._rng, missing)
+            self._items = new if self._items is None or have == 0 else np.concatenate([self._items, new])
+        return self._items[: stop - self._start]
+
+
+def as_list(attributions: Any) -> list[np.ndarray]:
+    """Explanation attributions (an array or a list / dict of arrays) as a list of arrays.
+
+    Example:
+        >>> import numpy as np
+        >>> len(as_list(np.zeros((1, 2)))), len(as_list([np.zeros(1), np.zeros(1)]))
+        (1, 2)
+    """
+    if isinstance(attributions, dict):
+        return [np.asarray(a) for a in attributions.values()]
+    if isinstance(attributions, (list, tuple)):
+        return [np.asarray(a) for a in attributions]
+    return [np.asarray(attributions)]

@@ -1,0 +1,375 @@
+"""Path methods: Integrated Gradients and Expected Gradients (GradientSHAP).
+
+Both average ``(x - b) * grad f(b + alpha (x - b))`` over path points: IG over
+a deterministic quadrature rule on ``alpha in [0, 1]`` with one baseline,
+Expected Gradients over random baselines from a background set and random
+``alpha``. Path points are folded into the batch axis and built ``batch_size``
+rows at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+
+from kerascope.core.explanation import Explanation
+from kerascope.core.inputs import Inputs
+from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
+from kerascope.methods.base import Method
+from kerascope.methods.registry import register
+
+QUADRATURES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
+
+
+def quadrature(steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``alpha`` in ``[0, 1]`` and weights (summing to 1) of a quadrature rule.
+
+    ``riemann_left``/``right``/``middle``: ``alpha = k/n``, ``(k+1)/n``,
+    ``(k+1/2)/n`` with weights ``1/n``. ``riemann_trapezoid``: the textbook
+    trapezoid rule, ``alpha = k/(n-1)`` with weights ``1/(n-1)`` halved at both
+    ends (sum 1). Captum's ``riemann_trapezoid`` uses the same nodes with
+    weights ``1/n`` halved at both ends (sum ``(n-1)/n``), so Captum's result is
+    ``(n-1)/n`` times kerascope's. ``gausslegendre``: Gauss-Legendre nodes
+    mapped to ``[0, 1]`` (exact for polynomial integrands of degree ``<= 2n-1``).
+
+    Example:
+        >>> a, w = quadrature(4, "riemann_trapezoid")
+        >>> a.tolist(), w.tolist()
+        ([0.0, 0.3333333333333333, 0.6666666666666666, 1.0], [0.16666666666666666, 0.3333333333333333, 0.3333333333333333, 0.16666666666666666])
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"`steps` must be a positive int. Received: steps={steps!r}.")
+    n = steps
+    k = np.arange(n, dtype=np.float64)
+    if method == "gausslegendre":
+        nodes, weights = np.polynomial.legendre.leggauss(n)
+        return (nodes + 1.0) / 2.0, weights / 2.0
+    if method == "riemann_left":
+        return k / n, np.full(n, 1.0 / n)
+    if method == "riemann_right":
+        return (k + 1) / n, np.full(n, 1.0 / n)
+    if method == "riemann_middle":
+        return (k + 0.5) / n, np.full(n, 1.0 / n)
+    if method == "riemann_trapezoid":
+        if n < 2:
+            raise ValueError(f"The trapezoid rule needs steps >= 2. Received: steps={steps}.")
+        weights = np.full(n, 1.0 / (n - 1))
+        weights[[0, -1]] /= 2
+        return k / (n - 1), weights
+    raise ValueError(f"Unknown quadrature. Received: method={method!r}. Expected one of {QUADRATURES}.")
+
+
+def gaussian_blur(array: np.ndarray, sigma: float) -> np.ndarray:
+    """Blur the spatial axes (all but the first and last) with a Gaussian of std ``sigma`` pixels.
+
+    Separable, reflect padding, kernel radius ``ceil(3 sigma)``. Used for the
+    ``baseline="blur"`` of Integrated Gradients (channels-last inputs).
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.zeros((1, 15, 15, 1)); x[0, 7, 7, 0] = 1.0
+        >>> y = gaussian_blur(x, 1.0)
+        >>> round(float(y.sum()), 5), bool(y[0, 7, 7, 0] < 1.0)
+        (1.0, True)
+    """
+    out = np.asarray(array, np.float64)
+    if out.ndim < 3:
+        raise ValueError(
+            "baseline='blur' needs inputs with spatial axes (batch, ..., channels). Received: "
+            f"shape={out.shape}. Use a constant or array baseline for tabular inputs."
+        )
+    if sigma <= 0:
+        return out.astype(np.float32)
+    radius = int(np.ceil(3 * sigma))
+    taps = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2)
+    taps /= taps.sum()
+    for axis in range(1, out.ndim - 1):
+        pad = [(0, 0)] * out.ndim
+        pad[axis] = (radius, radius)
+        padded = np.pad(out, pad, mode="reflect" if out.shape[axis] > radius else "edge")
+        windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * radius + 1, axis=axis)
+        out = windows @ taps
+    return out.astype(np.float32)
+
+
+def resolve_baselines(baseline: Any, inputs: Inputs, blur_sigma: float = 4.0) -> list[np.ndarray]:
+    """One baseline array per model input, shaped like the inputs.
+
+    ``None`` or ``"zeros"``: zeros; a number: that constant; ``"blur"``: each
+    input blurred (see :func:`gaussian_blur`); an array shaped like one sample
+    (broadcast) or like the whole batch; for multi-input models a list / dict
+    of those, one per input.
+
+    Example:
+        >>> import numpy as np
+        >>> resolve_baselines(0.5, Inputs(np.zeros((2, 3))))[0].tolist()
+        [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]
+    """
+    arrays = inputs.arrays
+    if isinstance(baseline, dict):
+        per_input = [baseline[k] for k in inputs.keys] if inputs.kind == "dict" else list(baseline.values())
+    elif isinstance(baseline, (list, tuple)) and len(arrays) > 1:
+        per_input = list(baseline)
+    else:
+        per_input = [baseline] * len(arrays)
+    if len(per_input) != len(arrays):
+        raise ValueError(
+            f"Expected one baseline per model input ({len(arrays)}). Received: {len(per_input)} baselines."
+        )
+    result = []
+    for x, b in zip(arrays, per_input, strict=True):
+        if b is None or (isinstance(b, str) and b == "zeros"):
+            result.append(np.zeros_like(x, np.float32))
+        elif isinstance(b, str) and b == "blur":
+            result.append(gaussian_blur(x, blur_sigma))
+        elif isinstance(b, str):
+            raise ValueError(
+                f"Unknown baseline. Received: baseline={b!r}. Expected None, 'zeros', 'blur', a number or an array."
+            )
+        elif np.isscalar(b):
+            result.append(np.full(x.shape, float(b), np.float32))
+        else:
+            b = np.asarray(b, np.float32)
+            if b.shape == x.shape[1:]:
+                b = np.broadcast_to(b, x.shape)
+            if b.shape != x.shape:
+                raise ValueError(
+                    f"The baseline's shape must be one sample's shape {x.shape[1:]} or the batch's "
+                    f"shape {x.shape}. Received: baseline with shape {b.shape}."
+                )
+            result.append(np.ascontiguousarray(b))
+    return result
+
+
+class PathMethod(Method):
+    """Shared routine: accumulate ``w * (x - b) * grad f(b + alpha (x - b))`` over folded rows."""
+
+    def _integrate(
+        self, inputs: Inputs, targets: Any, resolved: np.ndarray, count: int, path_rows: Callable
+    ) -> list[np.ndarray]:
+        """Rows are input-major (row r: point r % count of input r // count); ``path_rows(rows)``
+        returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows."""
+        n = inputs.batch_size
+        totals = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
+        for rows in chunk_ranges(n * count, self.batch_size):
+            owners, weights, baselines, alphas = path_rows(rows)
+            points, deltas = [], []
+            for array, base in zip(inputs.arrays, baselines, strict=True):
+                x = array[owners]
+                alpha = alphas.reshape((-1,) + (1,) * (array.ndim - 1)).astype(np.float32)
+                points.append(base + alpha * (x - base))
+                deltas.append(x.astype(np.float64) - base)
+            result = self.engine.gradients(
+                Inputs(inputs.model_arg(points)),
+                row_targets(targets, resolved, owners),
+                batch_size=self.batch_size,
+            )
+            for total, grad, delta in zip(totals, result.input_grads, deltas, strict=True):
+                reduce_rows(total, owners, weights, grad * delta)
+        return [t.astype(np.float32) for t in totals]
+
+
+@register
+class IntegratedGradients(PathMethod):
+    """Integrated Gradients (Sundararajan et al., 2017).
+
+    ``(x - b) * integral_0^1 grad f(b + alpha (x - b)) d alpha``, the integral
+    computed with ``steps`` points of the quadrature ``method`` (see
+    :func:`quadrature`; Captum's default is also ``"gausslegendre"``).
+
+    Args:
+        steps: path points per input.
+        method: ``"gausslegendre"``, ``"riemann_left"``, ``"riemann_right"``,
+            ``"riemann_middle"`` or ``"riemann_trapezoid"``.
+        baseline: ``None``/``"zeros"`` (default), a number, ``"blur"`` (the
+            input blurred with a Gaussian of std ``blur_sigma`` pixels) or an
+            array (one sample's shape, or the batch's).
+        blur_sigma: standard deviation for ``baseline="blur"``.
+
+    ``Explanation.extras`` holds ``completeness_error`` (per sample,
+    ``sum(attributions) - (f(x) - f(baseline))``, summed over all model
+    inputs) and ``baseline_scores``. Cost: ``steps`` forward+backward passes
+    per input plus two forward passes (at the input and at the baseline).
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+        >>> m.layers[0].set_weights([np.array([[2.0], [-3.0]])])
+        >>> e = ks.IntegratedGradients(m, steps=4).explain(np.array([[1.0, 2.0]]), 0)
+        >>> e.attributions.tolist(), abs(float(e.extras["completeness_error"][0])) < 1e-5
+        ([[2.0, -6.0]], True)
+    """
+
+    name = "integrated_gradients"
+    description = "Integral of gradients along a straight path from a baseline (Sundararajan et al. 2017)."
+    aliases = ("integratedgradients", "ig")
+
+    def __init__(
+        self,
+        model: keras.Layer,
+        *,
+        steps: int = 50,
+        method: str = "gausslegendre",
+        baseline: Any = None,
+        blur_sigma: float = 4.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, **kwargs)
+        quadrature(steps, method)  # validate early
+        self.steps = steps
+        self.method = method
+        self.baseline = baseline
+        self.blur_sigma = blur_sigma
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        alphas, weights = quadrature(self.steps, self.method)
+        baselines = resolve_baselines(self.baseline, inputs, self.blur_sigma)
+        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        base_targets = targets if callable(targets) else resolved
+        base_scores, _ = forward_scores(
+            self.engine, Inputs(inputs.model_arg(baselines)), base_targets, self.batch_size
+        )
+
+        def path_rows(rows: np.ndarray) -> Any:
+            owners, steps = rows // self.steps, rows % self.steps
+            return owners, weights[steps], [b[owners] for b in baselines], alphas[steps]
+
+        attributions = self._integrate(inputs, targets, resolved, self.steps, path_rows)
+        total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
+        error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
+        return self._result(
+            inputs, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
+        )
+
+    def params(self) -> dict[str, Any]:
+        """Hyper-parameters (an array baseline is reported by its shape).
+
+        Example:
+            >>> import keras, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            >>> ks.IntegratedGradients(m, steps=8).params()["steps"]
+            8
+        """
+        params = super().params()
+        params["baseline"] = _describe_baseline(self.baseline)
+        return params
+
+
+def _describe_baseline(baseline: Any) -> Any:
+    if baseline is None or isinstance(baseline, (str, int, float)):
+        return baseline
+    if isinstance(baseline, (list, tuple, dict)):
+        values = baseline.values() if isinstance(baseline, dict) else baseline
+        return [_describe_baseline(b) for b in values]
+    return f"<array shape={tuple(np.shape(baseline))}>"
+
+
+@register
+class ExpectedGradients(PathMethod):
+    """Expected Gradients / GradientSHAP (Erion et al. 2021; Lundberg & Lee 2017).
+
+    The expectation over baselines ``b`` drawn uniformly from a background set
+    and ``alpha ~ U(0, 1)`` of ``(x - b) * grad f(b + alpha (x - b))``,
+    estimated with ``samples`` draws per input. The draws depend only on
+    ``seed`` (and are shared by all inputs of a batch), so results do not
+    depend on batching. Captum's ``GradientShap`` with ``stdevs=0`` computes
+    the same estimator.
+
+    Args:
+        samples: draws (baseline, alpha) per input.
+        baseline: background array ``(M, ...)`` (for multi-input models a
+            list / dict of them, with the same ``M``); default: one all-zeros
+            baseline.
+        seed: seed of the numpy generator (``None``: fresh draws each call).
+
+    Cost: ``samples`` forward+backward passes per input plus one forward pass.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+        >>> m.layers[0].set_weights([np.array([[2.0], [-3.0]])])
+        >>> bg = np.array([[1.0, 1.0], [1.0, 1.0]])
+        >>> ks.ExpectedGradients(m, samples=4, baseline=bg).explain(np.array([[2.0, 2.0]]), 0).attributions.tolist()
+        [[2.0, -3.0]]
+    """
+
+    name = "expected_gradients"
+    description = "Gradients x (input - baseline) averaged over random background baselines and path points (Erion et al. 2021)."
+    aliases = ("expectedgradients", "gradient_shap", "gradientshap")
+
+    def __init__(
+        self,
+        model: keras.Layer,
+        *,
+        samples: int = 50,
+        baseline: Any = None,
+        seed: int | None = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, **kwargs)
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"`samples` must be a positive int. Received: samples={samples!r}.")
+        self.samples = samples
+        self.baseline = baseline
+        self.seed = seed
+
+    def _background(self, inputs: Inputs) -> list[np.ndarray]:
+        if self.baseline is None:
+            return [np.zeros((1, *a.shape[1:]), np.float32) for a in inputs.arrays]
+        given = self.baseline
+        if isinstance(given, dict):
+            given = [given[k] for k in inputs.keys] if inputs.kind == "dict" else list(given.values())
+        elif not (isinstance(given, (list, tuple)) and len(inputs.arrays) > 1):
+            given = [given]
+        background = [np.asarray(b, np.float32) for b in given]
+        if len(background) != len(inputs.arrays):
+            raise ValueError(
+                f"Expected one background array per model input ({len(inputs.arrays)}). "
+                f"Received: {len(background)}."
+            )
+        for b, x in zip(background, inputs.arrays, strict=True):
+            if b.shape[1:] != x.shape[1:] or len(b) == 0:
+                raise ValueError(
+                    "The background must be an array of baselines (M, ...) with the inputs' sample "
+                    f"shape {x.shape[1:]}. Received: baseline with shape {b.shape}."
+                )
+        if len({len(b) for b in background}) != 1:
+            raise ValueError(
+                f"All background arrays need the same count. Received: {[len(b) for b in background]}."
+            )
+        return background
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        background = self._background(inputs)
+        rng = np.random.default_rng(self.seed)
+        choice = rng.integers(0, len(background[0]), size=self.samples)
+        alphas = rng.uniform(0.0, 1.0, size=self.samples)
+        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+
+        def path_rows(rows: np.ndarray) -> Any:
+            owners, draws = rows // self.samples, rows % self.samples
+            weights = np.full(len(rows), 1.0 / self.samples)
+            return owners, weights, [b[choice[draws]] for b in background], alphas[draws]
+
+        attributions = self._integrate(inputs, targets, resolved, self.samples, path_rows)
+        return self._result(inputs, attributions, scores, resolved, baseline_indices=choice, alphas=alphas)
+
+    def params(self) -> dict[str, Any]:
+        """Hyper-parameters (the background reported by its shape).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            >>> ks.ExpectedGradients(m, baseline=np.zeros((5, 2))).params()["baseline"]
+            '<array shape=(5, 2)>'
+        """
+        params = super().params()
+        params["baseline"] = _describe_baseline(self.baseline)
+        return params
+
+
+GradientSHAP = ExpectedGradients
+"""Alias of :class:`ExpectedGradients` under Captum's / SHAP's name (``ks.GradientSHAP(model, baseline=bg)``)."""

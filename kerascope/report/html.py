@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fafafa}
@@ -36,7 +36,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 
 #: What ``tables=`` accepts per heading: rows as a list of dicts (keys are columns), a dict of rows
 #: (row name -> {column: value}), or a ``str`` of already-rendered HTML that you trust.
-TableData = Union[str, Sequence[Mapping[str, Any]], Mapping[str, Mapping[str, Any]]]
+TableData = str | Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
 
 
 @dataclass

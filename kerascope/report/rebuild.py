@@ -143,8 +143,8 @@ def rebuild_report(
             predictions = [(_relabel(str(predictions_top1[original]), class_names), math.nan)]
         else:
             predictions = []
-        if first is not None:
-            target = _class_name(int(first.targets[i]), class_names)
+        if first is not None and (class_names or before is None):
+            target: str | None = _class_name(int(first.targets[i]), class_names)
         else:
             target = _relabel(before.target, class_names) if before and before.target is not None else None
         entries.append(ReportEntry(name, rel_image, predictions, overlays or (before.overlays if before else {}),

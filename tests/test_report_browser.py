@@ -1,0 +1,345 @@
+"""The HTML report: escaping, metric tables, rebuild without the model, and a real headless Chromium check.
+
+The browser is driven over the DevTools protocol through ``--remote-debugging-pipe``
+(file descriptors 3 and 4, NUL-separated JSON), so nothing beyond the Debian
+``chromium`` package and the standard library is needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from kerascope.core.explanation import Explanation  # noqa: E402
+from kerascope.pipeline import explain_images  # noqa: E402
+from kerascope.report import ReportEntry, html_table, read_report_data, rebuild_report, render, write_report  # noqa: E402
+
+EVIL_FILE = "<img src=x onerror=alert(1)>.png"
+EVIL_CLASS = "<script>alert(2)</script>"
+CLASS_NAMES = [EVIL_CLASS, "dog & cat", "bird"]
+
+
+# ----------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def tiny_model() -> keras.Model:
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((16, 16, 3)),
+        keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(3, activation="softmax", name="head"),
+    ])
+
+
+@pytest.fixture(scope="module")
+def results(tiny_model, tmp_path_factory) -> Path:
+    """A results folder written by the real pipeline: 2 images (one with a hostile name) + 1 unreadable file."""
+    src = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    for name in (EVIL_FILE, "plain.png"):
+        Image.fromarray((rng.random((20, 24, 3)) * 255).astype(np.uint8)).save(src / name)
+    (src / "broken.png").write_text("not a png")
+    out = tmp_path_factory.mktemp("results")
+    summary = explain_images(
+        tiny_model, [src / EVIL_FILE, src / "plain.png", src / "broken.png"], out,
+        methods=("gradcam", "saliency"), layer="conv", class_names=CLASS_NAMES, progress=False,
+    )
+    assert summary.processed == 2 and summary.failed == 1
+    return out
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(folder, target)
+    return target
+
+
+# ----------------------------------------------------------------------------------------------- escaping
+def test_user_text_is_escaped_everywhere(results):
+    page = (results / "index.html").read_text(encoding="utf-8")
+    assert EVIL_FILE not in page and "onerror=alert" not in page.replace("&lt;img src=x onerror=alert(1)&gt;", "")
+    assert "&lt;img src=x onerror=alert(1)&gt;.png" in page
+    assert "<script" not in page  # the report ships no scripts at all
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page and "dog &amp; cat" in page
+    assert "broken.png" in page  # unreadable input reported by name
+    # every picture is a relative path inside the results folder (offline, no CDN)
+    for src in _img_sources(page):
+        assert not src.startswith(("http:", "https:", "//", "/")), src
+        assert (results / src).is_file(), src
+
+
+def _img_sources(page: str) -> list[str]:
+    import re
+
+    return re.findall(r"<img src='([^']*)'", page)
+
+
+def test_render_escapes_every_field():
+    entry = ReportEntry("<b>x", "a'.png", [("<i>cls</i>", 0.5)], {"<u>m</u>": "o\".png"}, target="<t>")
+    page = render([entry], title="<h1>t", subtitle="<s>", errors={"<e>": "<why>"})
+    for raw in ("<b>x", "<i>cls", "<u>m", "<t>", "<h1>t", "<s>", "<e>", "<why>", "a'.png"):
+        assert raw not in page, raw
+    assert "a&#x27;.png" in page and "&lt;why&gt;" in page
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def test_metric_tables_from_dicts_and_rows(tmp_path):
+    tables = {
+        "metrics <all>": {"gradcam": {"pointing game": 0.875, "deletion AUC": 0.123456}, "<x>": {"pointing game": 1}},
+        "per image": [{"image": "a.png", "iou": float("nan")}, {"image": "b.png", "iou": np.float32(0.5)}],
+    }
+    path = write_report(tmp_path / "index.html", [], tables=tables)
+    page = path.read_text(encoding="utf-8")
+    assert "<h2>metrics &lt;all&gt;</h2>" in page
+    assert "<td>gradcam</td><td class='num'>0.875</td><td class='num'>0.1235</td>" in page
+    assert "<td>&lt;x&gt;</td><td class='num'>1</td><td></td>" in page  # missing cell stays empty
+    assert "<td>a.png</td><td class='num'>–</td>" in page and "<td class='num'>0.5</td>" in page
+    saved = read_report_data(tmp_path)
+    assert saved["tables"]["metrics <all>"]["gradcam"]["deletion AUC"] == pytest.approx(0.123456)
+    assert saved["tables"]["per image"][0]["iou"] is None
+    with pytest.raises(TypeError, match="Received: type=int"):
+        html_table(3)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------------- rebuild
+def test_rebuild_without_model_reproduces_report(results, tmp_path):
+    folder = _copy(results, tmp_path)
+    original = read_report_data(folder)
+    before = {p.name: np.asarray(Image.open(p)) for p in (folder / "overlays").glob("*.png")}
+    assert len(before) == 4
+    shutil.rmtree(folder / "overlays")
+    (folder / "index.html").unlink()
+    path = rebuild_report(folder)
+    rebuilt = read_report_data(folder)
+    assert [(e.name, e.image, e.overlays, e.target) for e in rebuilt["entries"]] == [
+        (e.name, e.image, e.overlays, e.target) for e in original["entries"]
+    ]
+    for a, b in zip(rebuilt["entries"], original["entries"]):
+        assert [label for label, _ in a.predictions] == [label for label, _ in b.predictions]
+        np.testing.assert_allclose([s for _, s in a.predictions], [s for _, s in b.predictions])
+    for name, pixels in before.items():  # overlays redrawn from the .npz equal the originals
+        np.testing.assert_array_equal(np.asarray(Image.open(folder / "overlays" / name)), pixels)
+    assert "broken.png" in path.read_text(encoding="utf-8")
+
+
+def test_rebuild_from_npz_only_with_labels_file(results, tmp_path):
+    folder = _copy(results, tmp_path)
+    (folder / "report.json").unlink()
+    (folder / "index.html").unlink()
+    explanation = Explanation.load(folder / "gradcam.npz")
+    labels = ["zero", "<one>", "two"]
+    rebuild_report(folder, class_names=labels, tables={"extra": {"gradcam": {"score": 1.5}}})
+    data = read_report_data(folder)
+    assert [e.target for e in data["entries"]] == [labels[int(t)] for t in explanation.targets]
+    assert [e.name for e in data["entries"]] == [EVIL_FILE, "plain.png"]
+    summary = json.loads((folder / "summary.json").read_text())
+    for entry, path in zip(data["entries"], explanation.extras["paths"]):
+        assert entry.predictions[0][0] == summary["predictions"][str(path)]
+    assert data["tables"]["extra"]["gradcam"]["score"] == 1.5
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    for target in explanation.targets:
+        assert f"explained class: <b>{labels[int(target)].replace('<', '&lt;').replace('>', '&gt;')}</b>" in page
+
+
+def test_rebuild_reports_mismatched_npz_and_missing_folder(results, tmp_path):
+    folder = _copy(results, tmp_path)
+    e = Explanation.load(folder / "saliency.npz")
+    Explanation(e.attributions[:1], "saliency", {}, e.targets[:1], e.scores[:1]).save(folder / "saliency.npz")
+    rebuild_report(folder)
+    data = read_report_data(folder)
+    assert "saliency.npz" in data["errors"] and "has 1 explanations but inputs/ has 2" in data["errors"]["saliency.npz"]
+    assert all(list(entry.overlays) == ["gradcam"] for entry in data["entries"])
+    with pytest.raises(FileNotFoundError, match="Received: results_dir="):
+        rebuild_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="Nothing to rebuild"):
+        rebuild_report(tmp_path / "empty")
+
+
+def test_cli_report_json_and_embed(results, tmp_path, capsys):
+    from kerascope.cli import main
+
+    folder = _copy(results, tmp_path)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("alpha\nbeta\ngamma\n")
+    assert main(["report", str(folder), "--json", "--labels", str(labels), "--embed", "--redraw",
+                 "--cmap", "viridis"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["images"] == 2 and summary["methods"] == ["gradcam", "saliency"]
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    sources = _img_sources(page)
+    assert len(sources) == 6 and all(s.startswith("data:image/png;base64,") for s in sources)
+    for src in sources:  # each inlined picture decodes to a real PNG
+        raw = base64.b64decode(src.split(",", 1)[1])
+        assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["report", str(tmp_path / "missing"), "--quiet"]) == 2
+
+
+# ----------------------------------------------------------------------------------------------- browser
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+class Browser:
+    """Minimal DevTools-protocol client over ``--remote-debugging-pipe`` (stdlib only)."""
+
+    def __init__(self, profile: Path) -> None:
+        send_r, self._send_w = os.pipe()
+        self._recv_r, recv_w = os.pipe()
+
+        def child_fds() -> None:  # chromium reads commands on fd 3 and writes replies on fd 4
+            a, b = os.dup(send_r), os.dup(recv_w)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.process = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-extensions", "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"],
+            preexec_fn=child_fds, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        os.close(send_r)
+        os.close(recv_w)
+        self._buffer = b""
+        self._next = 0
+        self.events: list[dict] = []
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30) -> dict:
+        self._next += 1
+        message = {"id": self._next, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._send_w, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._read(timeout)
+            if reply.get("id") == self._next:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self._on_event(reply, session)
+
+    def _on_event(self, event: dict, session: str | None) -> None:
+        self.events.append(event)
+        if event.get("method") == "Page.javascriptDialogOpening" and session:
+            os.write(self._send_w, json.dumps({"id": 0, "method": "Page.handleJavaScriptDialog",
+                                               "params": {"accept": False}, "sessionId": session}).encode() + b"\0")
+
+    def _read(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._recv_r], [], [], left)[0]:
+                raise TimeoutError("no answer from chromium")
+            chunk = os.read(self._recv_r, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed the pipe")
+            self._buffer += chunk
+        message, _, self._buffer = self._buffer.partition(b"\0")
+        return json.loads(message)
+
+    def wait_for(self, method: str, session: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == method and e.get("sessionId") == session for e in self.events):
+            self._on_event(self._read(max(deadline - time.monotonic(), 0.01)), session)
+
+    def open(self, url: str, screenshot: Path) -> dict:
+        """Load ``url``; return its images' load state, console errors, exceptions and dialogs."""
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            self.send(f"{domain}.enable", session=session)
+        self.send("Emulation.setDeviceMetricsOverride",
+                  {"width": 1100, "height": 800, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        start = len(self.events)
+        self.send("Page.navigate", {"url": url}, session=session)
+        self.wait_for("Page.loadEventFired", session)
+        images = self.send("Runtime.evaluate", {
+            "expression": "JSON.stringify(Array.from(document.images).map(i => "
+                          "({src: i.getAttribute('src').slice(0, 60), complete: i.complete, width: i.naturalWidth})))",
+            "returnByValue": True}, session=session)["result"]["value"]
+        shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session)
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        time.sleep(0.2)
+        self.send("Runtime.evaluate", {"expression": "1"}, session=session)  # drain late events
+        mine = [e for e in self.events[start:] if e.get("sessionId") == session]
+        errors = [e["params"]["entry"]["text"] for e in mine
+                  if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"]
+        errors += [" ".join(str(a.get("value", a.get("description", ""))) for a in e["params"]["args"])
+                   for e in mine if e.get("method") == "Runtime.consoleAPICalled"
+                   and e["params"]["type"] in ("error", "assert")]
+        errors += [e["params"]["exceptionDetails"]["text"] for e in mine if e.get("method") == "Runtime.exceptionThrown"]
+        dialogs = [e["params"]["message"] for e in mine if e.get("method") == "Page.javascriptDialogOpening"]
+        self.send("Target.closeTarget", {"targetId": target})
+        return {"images": json.loads(images), "errors": errors, "dialogs": dialogs}
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close", timeout=5)
+        except (OSError, TimeoutError, EOFError, RuntimeError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._send_w)
+        os.close(self._recv_r)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    b = Browser(tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+
+def _assert_screenshot(path: Path) -> None:
+    picture = np.asarray(Image.open(path).convert("RGB"))
+    assert picture.shape[0] >= 800 and 1000 <= picture.shape[1] <= 1100  # minus a scrollbar, if any
+    assert picture.std() > 5  # not a blank page
+
+
+def test_report_renders_in_chromium(results, browser, tmp_path):
+    report = browser.open((results / "index.html").as_uri(), tmp_path / "report.png")
+    assert len(report["images"]) == 6, report  # 2 images x (input + 2 overlays)
+    assert all(i["complete"] and i["width"] > 0 for i in report["images"]), report["images"]
+    assert report["errors"] == [] and report["dialogs"] == []
+    _assert_screenshot(tmp_path / "report.png")
+
+
+def test_rebuilt_single_file_report_renders_in_chromium(results, browser, tmp_path):
+    folder = _copy(results, tmp_path)
+    path = rebuild_report(folder, embed_images=True, tables={"metrics": {"gradcam": {"pointing game": 0.5}}})
+    lone = tmp_path / "lone" / "report.html"  # moved away from its pictures: must still show them
+    lone.parent.mkdir()
+    shutil.move(path, lone)
+    report = browser.open(lone.as_uri(), tmp_path / "rebuilt.png")
+    assert len(report["images"]) == 6
+    assert all(i["width"] > 0 for i in report["images"]), report["images"]
+    assert report["errors"] == [] and report["dialogs"] == []
+    _assert_screenshot(tmp_path / "rebuilt.png")
+
+
+def test_browser_check_detects_broken_pages(browser, tmp_path):
+    """Control: the checker must see a missing picture, a console error and an alert."""
+    page = tmp_path / "bad.html"
+    page.write_text("<html><body><img src='missing.png'><img src=x onerror=\"console.error('boom')\">"
+                    "<script>alert('hi')</script></body></html>")
+    report = browser.open(page.as_uri(), tmp_path / "bad.png")
+    assert [i["width"] for i in report["images"]] == [0, 0]
+    assert any("boom" in e for e in report["errors"]) and any("ERR_FILE_NOT_FOUND" in e for e in report["errors"])
+    assert report["dialogs"] == ["hi"]

@@ -217,9 +217,11 @@ def rise_stream(cells: tuple[int, int], size: tuple[int, int], p: float, seed: i
     step = tuple(int(np.ceil(s / c)) for s, c in zip(size, cells, strict=True))
 
     def make(rng: np.random.Generator, n: int) -> np.ndarray:
-        grid = (rng.random((n, cells[0] * cells[1])) < p).astype(np.float64)
-        shifts = np.stack([rng.integers(0, step[0], n), rng.integers(0, step[1], n)], axis=1)
-        return np.concatenate([grid, shifts.astype(np.float64)], axis=1)
+        # One row of uniforms per mask, drawn row after row, so mask m never depends on the chunking.
+        u = rng.random((n, cells[0] * cells[1] + 2))
+        grid = (u[:, :-2] < p).astype(np.float64)
+        shifts = np.floor(u[:, -2:] * np.array(step)).clip(0, np.array(step) - 1)
+        return np.concatenate([grid, shifts], axis=1)
 
     return Stream(seed, make)
 

@@ -52,6 +52,21 @@ def write_image_summary(tag: str, images: np.ndarray, step: int, description: st
     tf.summary.write(tag, tensor, step=step, metadata=metadata)
 
 
+def _accepted_parameters(cls: type) -> set[str]:
+    """Keyword arguments a method class's constructor accepts, following ``**kwargs`` up the MRO."""
+    import inspect
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+    return names
+
+
 class ExplanationCallback(keras.callbacks.Callback):
     """Explain a few fixed images every ``every`` epochs during ``model.fit`` and log the overlays.
 
@@ -75,7 +90,8 @@ class ExplanationCallback(keras.callbacks.Callback):
         cmap, alpha: overlay colormap and opacity.
         tag: prefix of the TensorBoard tags.
         batch_size: batch size of the explanation.
-        **method_params: hyper-parameters for the method(s), e.g. ``layer="conv3"``.
+        **method_params: hyper-parameters for the method(s), e.g. ``layer="conv3"``; with
+            several methods each gets those its constructor accepts.
 
     Example:
         >>> cb = ExplanationCallback(np.zeros((2, 8, 8, 3)), method="saliency", every=2, png_dir="pngs")
@@ -120,6 +136,14 @@ class ExplanationCallback(keras.callbacks.Callback):
         self.tag = tag
         self.batch_size = batch_size
         self.method_params = method_params
+        accepted = {c.name: _accepted_parameters(c) for c in self.method_classes}
+        unused = sorted(set(method_params) - set().union(*accepted.values()))
+        if unused:
+            raise ValueError(
+                f"No method takes these parameters. Received: {unused} for methods {self.methods}. "
+                f"Accepted: {sorted(set().union(*accepted.values()) - {'model'})}."
+            )
+        self._params = {name: {k: v for k, v in method_params.items() if k in keys} for name, keys in accepted.items()}
         self.written: list[Path] = []
         self.summaries = 0
         self.seconds: list[float] = []
@@ -144,7 +168,7 @@ class ExplanationCallback(keras.callbacks.Callback):
             return
         start = time.perf_counter()
         for cls in self.method_classes:
-            explainer = cls(self.model, batch_size=self.batch_size, **self.method_params)
+            explainer = cls(self.model, **{"batch_size": self.batch_size, **self._params[cls.name]})
             explanation = explainer.explain(self.images, self.targets)
             attributions = explanation.attributions
             attributions = attributions[0] if isinstance(attributions, (list, tuple)) else attributions

@@ -1,0 +1,158 @@
+"""Cross-checks against Captum on identical weights (the same tiny CNN in PyTorch and Keras).
+
+Needs ``pip install torch==2.13.0 captum`` (the CPU build of torch). Conventions compared like
+with like: Keras is channels-last and PyTorch channels-first, so inputs and attributions are
+transposed; Captum's ``Saliency`` defaults to ``abs=True`` (kerascope: signed unless
+``absolute=True``); Captum's ``riemann_trapezoid`` weights sum to ``(n-1)/n`` where kerascope's
+textbook rule sums to 1, so Captum's result is ``(n-1)/n`` times kerascope's.
+Agreement: ``max |kerascope - captum| <= 1e-4 * max |captum|`` (float32 on both sides).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+captum_attr = pytest.importorskip("captum.attr")
+torch = pytest.importorskip("torch")
+
+import kerascope as ks  # noqa: E402
+
+pytestmark = pytest.mark.captum
+
+SIZE, CHANNELS, CLASSES = 8, 3, 3
+
+
+def build_pair(seed: int = 0) -> tuple[keras.Model, torch.nn.Module]:
+    keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    bias = lambda: keras.initializers.RandomNormal(0.0, 0.1, seed=int(rng.integers(1 << 30)))  # noqa: E731
+    model = keras.Sequential([
+        keras.Input((SIZE, SIZE, CHANNELS)),
+        keras.layers.Conv2D(4, 3, activation="relu", bias_initializer=bias(), name="c1"),
+        keras.layers.Conv2D(6, 3, padding="same", bias_initializer=bias(), name="c2"),
+        keras.layers.ReLU(name="r2"),
+        keras.layers.AveragePooling2D(2, name="pool"),
+        keras.layers.GlobalAveragePooling2D(name="gap"),
+        keras.layers.Dense(5, activation="relu", bias_initializer=bias(), name="fc"),
+        keras.layers.Dense(CLASSES, activation="softmax", bias_initializer=bias(), name="out"),
+    ])
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(CHANNELS, 4, 3), torch.nn.ReLU(),
+        torch.nn.Conv2d(4, 6, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AvgPool2d(2), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(6, 5), torch.nn.ReLU(),
+        torch.nn.Linear(5, CLASSES),  # logits: kerascope bypasses the final softmax
+    )
+    torch_layers = [net[0], net[2], net[7], net[9]]
+    for name, layer in zip(["c1", "c2", "fc", "out"], torch_layers, strict=True):
+        kernel, b = model.get_layer(name).get_weights()
+        kernel = kernel.transpose(3, 2, 0, 1) if kernel.ndim == 4 else kernel.T
+        with torch.no_grad():
+            layer.weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel)))
+            layer.bias.copy_(torch.from_numpy(b))
+    net.eval()
+    return model, net
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return build_pair()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (4, SIZE, SIZE, CHANNELS)).astype(np.float32)
+    return x, np.array([0, 1, 2, 1])
+
+
+def to_torch(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).requires_grad_(True)
+
+
+def from_torch(a: torch.Tensor) -> np.ndarray:
+    return a.detach().numpy().transpose(0, 2, 3, 1)
+
+
+def assert_close(ours: np.ndarray, theirs: np.ndarray) -> None:
+    scale = float(np.max(np.abs(theirs)))
+    assert scale > 0
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4 * scale)
+
+
+def test_same_network(pair, data):
+    model, net = pair
+    x, _ = data
+    logits = net(to_torch(x)).detach().numpy()
+    ours = ks.Engine(model).forward(x)
+    np.testing.assert_allclose(ours, logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "ours, theirs, kwargs",
+    [
+        (lambda m: ks.Saliency(m), lambda n: captum_attr.Saliency(n), {"abs": False}),
+        (lambda m: ks.Saliency(m, absolute=True), lambda n: captum_attr.Saliency(n), {}),
+        (lambda m: ks.GradientXInput(m), lambda n: captum_attr.InputXGradient(n), {}),
+        (lambda m: ks.GuidedBackprop(m), lambda n: captum_attr.GuidedBackprop(n), {}),
+        (lambda m: ks.Deconvnet(m), lambda n: captum_attr.Deconvolution(n), {}),
+        (lambda m: ks.SmoothGrad(m, samples=3, noise=0.0),
+         lambda n: captum_attr.NoiseTunnel(captum_attr.Saliency(n)),
+         {"nt_type": "smoothgrad", "nt_samples": 3, "stdevs": 0.0, "abs": False}),
+    ],
+    ids=["saliency", "saliency_abs", "input_x_gradient", "guided_backprop", "deconvnet", "smoothgrad_noise0"],
+)
+def test_gradient_methods(pair, data, ours, theirs, kwargs):
+    model, net = pair
+    x, targets = data
+    expected = from_torch(theirs(net).attribute(to_torch(x), target=torch.from_numpy(targets), **kwargs))
+    assert_close(ours(model).explain(x, targets).attributions, expected)
+
+
+@pytest.mark.parametrize("method", ["gausslegendre", "riemann_left", "riemann_right", "riemann_middle",
+                                    "riemann_trapezoid"])
+@pytest.mark.parametrize("baseline", [0.0, 0.3])
+def test_integrated_gradients(pair, data, method, baseline):
+    model, net = pair
+    x, targets = data
+    steps = 12
+    ig = captum_attr.IntegratedGradients(net)
+    theirs = ig.attribute(to_torch(x), baselines=baseline, target=torch.from_numpy(targets), n_steps=steps,
+                          method=method)
+    expected = from_torch(theirs)
+    if method == "riemann_trapezoid":  # Captum's trapezoid weights sum to (n - 1) / n
+        expected = expected * steps / (steps - 1)
+    ours = ks.IntegratedGradients(model, steps=steps, method=method, baseline=baseline).explain(x, targets)
+    assert_close(ours.attributions, expected)
+
+
+@pytest.mark.parametrize("random_baseline", [False, True])
+def test_deeplift(pair, data, random_baseline):
+    model, net = pair
+    x, targets = data
+    baseline = (np.random.default_rng(5).uniform(0, 1, x.shape).astype(np.float32) if random_baseline
+                else np.zeros_like(x))
+    dl = captum_attr.DeepLift(net)
+    theirs, delta = dl.attribute(to_torch(x), baselines=to_torch(baseline), target=torch.from_numpy(targets),
+                                 return_convergence_delta=True)
+    ours = ks.DeepLIFT(model, baseline=baseline).explain(x, targets)
+    assert_close(ours.attributions, from_torch(theirs))
+    np.testing.assert_allclose(ours.extras["completeness_error"], delta.detach().numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("window, stride, baseline", [(2, 2, 0.0), (4, 2, 0.0), (3, 1, 0.5)])
+def test_occlusion(pair, data, window, stride, baseline):
+    model, net = pair
+    x, targets = data
+    occ = captum_attr.Occlusion(net)
+    theirs = occ.attribute(to_torch(x), sliding_window_shapes=(CHANNELS, window, window),
+                           strides=(CHANNELS, stride, stride), baselines=baseline,
+                           target=torch.from_numpy(targets))
+    ours = ks.Occlusion(model, window=window, stride=stride, baseline=baseline).explain(x, targets)
+    assert_close(ours.attributions, from_torch(theirs))

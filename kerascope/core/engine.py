@@ -331,12 +331,15 @@ class Engine:
         return result
 
     def _check_target_range(self, inputs: Inputs, indices: np.ndarray) -> None:
-        try:
-            spec = self.model.compute_output_spec(inputs.model_arg(
-                [keras.KerasTensor(a.shape, a.dtype.name) for a in inputs.arrays]))
-            shape = self._select(spec).shape
-        except Exception:
-            return
+        key = ("output_shape", tuple((s[1:], d) for s, d in inputs.specs))
+        if key not in self._compiled:  # symbolic shape inference once per input signature
+            try:
+                spec = self.model.compute_output_spec(inputs.model_arg(
+                    [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays]))
+                self._compiled[key] = self._select(spec).shape
+            except Exception:
+                self._compiled[key] = None
+        shape = self._compiled[key]
         if shape is not None and len(shape) >= 2 and all(d is not None for d in shape[1:]):
             targets_lib.check_range(indices, int(np.prod(shape[1:])))
 

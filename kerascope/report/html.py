@@ -171,8 +171,8 @@ def render(
                 f"<figcaption>{_e(method)}</figcaption></figure>"
             )
         parts.append(
-            f"<div class='card'><h2>{_e(entry.name)}{target}</h2><div class='row'>{''.join(figures)}"
-            f"<table><tr><th>top classes</th><th>probability</th></tr>{preds}</table></div></div>"
+            f"<div class='card'><h2>{_e(entry.name)}{target}</h2><div class='row'>"
+            f"<table><tr><th>top classes</th><th>probability</th></tr>{preds}</table>{''.join(figures)}</div></div>"
         )
     if errors:
         rows = "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(v)}</td></tr>" for k, v in errors.items())

@@ -179,7 +179,7 @@ def rise_masks(
     """RISE masks ``start .. start + count - 1`` of shape ``(count, H, W)`` with values in [0, 1].
 
     Petsiuk et al. (2018): a random binary grid of ``cell`` x ``cell`` cells
-    (each 1 with probability ``p``), upsampled bilinearly to ``(cell + 1) *
+    (each 1 with probability ``p``), upsampled bilinearly (half-pixel centres, numpy) to ``(cell + 1) *
     ceil(H / cell)`` pixels per side, and cropped to ``H x W`` at a random
     shift in ``[0, ceil(H / cell))``. Mask ``m`` depends only on ``seed`` and
     ``m``. Pass the same ``stream`` (from :func:`rise_stream`) to draw
@@ -197,14 +197,30 @@ def rise_masks(
     grids = packed[:, : cells[0] * cells[1]].reshape(count, cells[0], cells[1])
     shifts = packed[:, cells[0] * cells[1]:].astype(np.int64)
     up = ((cells[0] + 1) * step[0], (cells[1] + 1) * step[1])
-    big = keras.ops.image.resize(
-        grids[..., None].astype(np.float32), up, interpolation="bilinear", antialias=False,
-        data_format="channels_last",
-    )
-    big = np.asarray(keras.ops.convert_to_numpy(big))[..., 0]
+    big = np.einsum("hi,nij,wj->nhw", _bilinear_matrix(cells[0], up[0]), grids, _bilinear_matrix(cells[1], up[1]))
     rows = shifts[:, 0, None] + np.arange(size[0])[None, :]
     cols = shifts[:, 1, None] + np.arange(size[1])[None, :]
-    return big[np.arange(count)[:, None, None], rows[:, :, None], cols[:, None, :]].astype(np.float32)
+    cropped = big[np.arange(count)[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return np.clip(cropped, 0.0, 1.0).astype(np.float32)
+
+
+def _bilinear_matrix(source: int, target: int) -> np.ndarray:
+    """``(target, source)`` matrix of 1-D bilinear resizing with half-pixel centres (edges clamped).
+
+    Numpy only, so masks are identical on every backend.
+
+    Example:
+        >>> _bilinear_matrix(2, 4).tolist()
+        [[1.0, 0.0], [0.75, 0.25], [0.25, 0.75], [0.0, 1.0]]
+    """
+    position = np.clip((np.arange(target) + 0.5) * source / target - 0.5, 0, source - 1)
+    low = np.floor(position).astype(np.int64)
+    high = np.minimum(low + 1, source - 1)
+    frac = position - low
+    matrix = np.zeros((target, source))
+    np.add.at(matrix, (np.arange(target), low), 1 - frac)
+    np.add.at(matrix, (np.arange(target), high), frac)
+    return matrix
 
 
 def rise_stream(cells: tuple[int, int], size: tuple[int, int], p: float, seed: int | None) -> Stream:

@@ -300,6 +300,12 @@ def run(
     summary.seconds = time.perf_counter() - start
     computed = summary.processed + summary.failed
     summary.images_per_s = computed / summary.compute_seconds if summary.compute_seconds > 0 else 0.0
+    if collector.first_time is not None:
+        summary.details["first_result_seconds"] = round(collector.first_time - compute_start, 3)
+        rest = computed - collector.first_rows
+        span = (collector.last_time or collector.first_time) - collector.first_time
+        if rest > 0 and span > 0:  # throughput once every worker is up (excludes model loading in actors)
+            summary.details["steady_images_per_s"] = round(rest / span, 2)
     if collector.duplicates:
         summary.details["duplicates_dropped"] = collector.duplicates
     sh.write_json(out / sh.MANIFEST, {**manifest, "status": "complete", "summary": summary.as_dict()})

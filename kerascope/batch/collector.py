@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -53,6 +54,9 @@ class Collector:
         self.processed = 0
         self.failed = 0
         self.duplicates = 0
+        self.first_time: float | None = None  # perf_counter of the first rows, and how many came with them
+        self.first_rows = 0
+        self.last_time: float | None = None
 
     def add(self, columns: dict[str, np.ndarray]) -> None:
         """Take a batch of result columns (any order, any shards).
@@ -68,6 +72,10 @@ class Collector:
         if not fresh.any():
             return
         self.seen[index[fresh]] = True
+        now = time.perf_counter()
+        if self.first_time is None:
+            self.first_time, self.first_rows = now, int(fresh.sum())
+        self.last_time = now
         columns = {k: np.asarray(v)[fresh] for k, v in columns.items()}
         index = index[fresh]
         failed = int(sum(1 for e in columns["error"] if str(e)))

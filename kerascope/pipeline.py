@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import engine_for
+from kerascope.core.progress import progress_bar
 from kerascope.io.images import load_images, model_image_size
 from kerascope.methods.registry import get
 from kerascope.report.html import ReportEntry, write_report
@@ -122,8 +123,8 @@ def explain_images(
         overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
         params = method_params or {}
         explained: np.ndarray | None = None
-        for cls in classes:
-            kwargs: dict[str, Any] = {"batch_size": batch_size, "progress": progress}
+        for cls in progress_bar(classes, enabled=progress, desc="methods", unit="method"):
+            kwargs: dict[str, Any] = {"batch_size": batch_size, "progress": progress and len(classes) == 1}
             kwargs.update(params.get(cls.name, {}))
             if layer is not None and "layer" in cls.__init__.__code__.co_varnames:
                 kwargs.setdefault("layer", layer)

@@ -18,7 +18,7 @@ step "install kerascope and test dependencies"
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
       || echo "could not install chromium: the browser test will be skipped"
   else
     echo "chromium not installed and not root: the browser test will be skipped"

@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kerascope.cli import batch, demo, explain, layers, methods, report
+from kerascope.cli import batch, demo, evaluate, explain, layers, methods, report
 
-COMMANDS = [explain, layers, methods, demo, report, batch]
+COMMANDS = [explain, layers, methods, demo, report, batch, evaluate]
 
 
 def build_parser() -> argparse.ArgumentParser:

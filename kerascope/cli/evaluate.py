@@ -1,0 +1,123 @@
+"""``kerascope evaluate [MODEL] [DATA] [--methods ...] [--out DIR]``: the ground-truth benchmark.
+
+Without arguments it evaluates every registered method on the bundled demo
+model and freshly generated shapes images. ``DATA`` is an ``.npz`` file with
+``images`` (N, H, W, C, already preprocessed for the model), ``masks``
+(N, H, W, boolean object masks) and optionally ``labels`` (N,) class indices
+(without labels the predicted classes are explained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kerascope.cli.common import add_output_flags, emit, stderr
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``evaluate`` sub-command.
+
+    Example:
+        >>> from kerascope.cli import build_parser
+        >>> build_parser().parse_args(["evaluate", "--methods", "gradcam", "saliency"]).methods
+        ['gradcam', 'saliency']
+    """
+    p = sub.add_parser("evaluate", help="benchmark methods: pointing game, deletion/insertion AUC, sanity checks")
+    p.add_argument("model", nargs="?", metavar="MODEL_FILE", help="a .keras/.h5 model (default: the bundled demo model)")
+    p.add_argument("data", nargs="?", metavar="DATA",
+                   help=".npz with images, masks[, labels] (default: generated shapes images)")
+    p.add_argument("--methods", nargs="+", help="method names (default: every registered method)")
+    p.add_argument("--out", default="kerascope-evaluate", help="output folder (default: kerascope-evaluate)")
+    p.add_argument("--n", type=int, default=32, help="generated images when DATA is not given (default: 32)")
+    p.add_argument("--steps", type=int, default=16, help="deletion/insertion steps (default: 16)")
+    p.add_argument("--sanity-images", type=int, default=4,
+                   help="images for the cascading randomisation check; 0 skips it (default: 4)")
+    p.add_argument("--seed", type=int, default=2024, help="data / reference-map / randomisation seed")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--no-references", action="store_true", help="leave out the random and constant reference maps")
+    p.add_argument("--unsafe", action="store_true", help="allow model files that run code (trusted files only)")
+    add_output_flags(p)
+    p.set_defaults(run=run)
+
+
+def _load_data(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    file = Path(path)
+    if not file.exists():
+        raise FileNotFoundError(f"No data file. Received: DATA={path!r}.")
+    with np.load(file, allow_pickle=False) as data:
+        missing = [k for k in ("images", "masks") if k not in data.files]
+        if missing:
+            raise ValueError(f"The data file lacks {missing}. Received: arrays {data.files} in {path!r}. "
+                             "Expected images (N, H, W, C), masks (N, H, W) and optionally labels (N,).")
+        labels = data["labels"].astype(np.int64) if "labels" in data.files else None
+        return data["images"].astype(np.float32), data["masks"].astype(bool), labels
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the table, write CSV, Markdown, plots and ``index.html`` to ``--out``.
+
+    Example:
+        >>> from kerascope.cli import main
+        >>> main(["evaluate", "--methods", "gradcam", "--n", "4", "--out", "/tmp/ks-eval"])  # doctest: +SKIP
+        0
+    """
+    from kerascope.evaluation import benchmark, plot_curves, plot_sanity, plot_sanity_curves
+    from kerascope.report.html import write_report
+
+    model = None
+    if args.model:
+        from kerascope.io.models import load_model
+
+        model = load_model(args.model, safe_mode=not args.unsafe)
+    images = masks = labels = None
+    if args.data:
+        images, masks, labels = _load_data(args.data)
+    chatty = not (args.quiet or args.json)
+    start = time.perf_counter()
+    result = benchmark(
+        model, images, masks, labels, args.methods,
+        n=args.n, seed=args.seed, steps=args.steps, sanity_images=args.sanity_images,
+        batch_size=args.batch_size, baselines=not args.no_references,
+        on_method=(lambda name: stderr(f"evaluating {name} ...")) if chatty else None,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result.write_csv(out / "benchmark.csv")
+    markdown = result.markdown()
+    command = "kerascope evaluate " + " ".join(
+        ([args.model] if args.model else []) + ([args.data] if args.data else [])
+        + (["--methods", *args.methods] if args.methods else [])
+        + [f"--n {args.n}", f"--steps {args.steps}", f"--sanity-images {args.sanity_images}", f"--seed {args.seed}"]
+    )
+    settings = ", ".join(f"{k}={v}" for k, v in result.config.items())
+    (out / "benchmark.md").write_text(f"{markdown}\n\n_{settings}; regenerate with `{command}`_\n", encoding="utf-8")
+    pictures = {"curves": plot_curves(result, out / "curves.png").name}
+    if args.sanity_images > 0:
+        first = (images if images is not None else None)
+        if first is None:
+            from kerascope.evaluation import _input_size, bundled_data
+
+            size = _input_size(model)[0] if model is not None else 64
+            first = bundled_data(1, args.seed, size)[0]
+        pictures["sanity cascade"] = plot_sanity(result, first[0], out / "sanity.png").name
+        pictures["sanity curves"] = plot_sanity_curves(result, out / "sanity_curves.png").name
+    figures = "".join(
+        f"<figure style='margin:8px 0'><img style='width:auto;height:auto;max-width:100%' src='{src}' "
+        f"alt='{name}'><figcaption>{name}</figcaption></figure>"
+        for name, src in pictures.items()
+    )
+    report = write_report(
+        out / "index.html", [], title="kerascope evaluate", subtitle=settings,
+        tables={"Benchmark (↑ higher / ↓ lower is better)": result.table(), "Plots": figures},
+    )
+    seconds = time.perf_counter() - start
+    summary = {"rows": result.table(), "config": result.config, "seconds": seconds, "report": str(report),
+               "files": sorted(p.name for p in out.iterdir())}
+    emit(args, json.loads(json.dumps(summary, default=float)),
+         f"{markdown}\n\n{settings}; {seconds:.1f}s -> {report}")
+    return 1 if any(r.error for r in result.rows) else 0

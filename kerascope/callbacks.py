@@ -22,6 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.methods.registry import accepted_parameters
 from kerascope.viz.overlay import overlay
 
 
@@ -50,21 +51,6 @@ def write_image_summary(tag: str, images: np.ndarray, step: int, description: st
     encoded = [tf.io.encode_png(image) for image in images]
     tensor = tf.stack([tf.as_string(images.shape[2]), tf.as_string(images.shape[1]), *encoded])
     tf.summary.write(tag, tensor, step=step, metadata=metadata)
-
-
-def _accepted_parameters(cls: type) -> set[str]:
-    """Keyword arguments a method class's constructor accepts, following ``**kwargs`` up the MRO."""
-    import inspect
-
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        parameters = inspect.signature(klass.__init__).parameters.values()
-        names |= {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"self"}
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            break
-    return names
 
 
 class ExplanationCallback(keras.callbacks.Callback):
@@ -136,7 +122,7 @@ class ExplanationCallback(keras.callbacks.Callback):
         self.tag = tag
         self.batch_size = batch_size
         self.method_params = method_params
-        accepted = {c.name: _accepted_parameters(c) for c in self.method_classes}
+        accepted = {c.name: accepted_parameters(c) for c in self.method_classes}
         unused = sorted(set(method_params) - set().union(*accepted.values()))
         if unused:
             raise ValueError(

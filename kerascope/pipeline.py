@@ -15,7 +15,7 @@ import numpy as np
 from kerascope.core.engine import engine_for
 from kerascope.core.progress import progress_bar
 from kerascope.io.images import load_images, model_image_size
-from kerascope.methods.registry import get
+from kerascope.methods.registry import accepted_parameters, get
 from kerascope.report.html import ReportEntry, write_report
 from kerascope.viz.overlay import save_overlay
 
@@ -77,9 +77,12 @@ def explain_images(
     progress: bool = True,
     title: str = "kerascope report",
     method_params: dict[str, Any] | None = None,
+    common_params: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Explain image files: writes ``OUT/overlays/*.png``, ``OUT/<method>.npz`` and ``OUT/index.html``.
 
+    ``method_params`` maps a method name to its constructor parameters;
+    ``common_params`` (e.g. ``{"samples": 20}``) go to every method that accepts them.
     Unreadable images are reported by name (in the summary and the report)
     and the others are still processed. Existing files in ``out_dir`` other
     than the ones this run writes are left alone.
@@ -105,6 +108,12 @@ def explain_images(
     else:
         channels = model_image_size(model)[2] if getattr(model, "inputs", None) else 3
     classes = [get(name) for name in methods]
+    unused = set(common_params or {}) - set().union(*(accepted_parameters(c) for c in classes))
+    if unused:
+        raise ValueError(
+            f"No chosen method accepts the parameter(s) {sorted(unused)}. Received methods: "
+            f"{[c.name for c in classes]}. See docs/methods.md for each method's parameters."
+        )
     batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
     summary = RunSummary(out_dir=str(out), methods=[c.name for c in classes], errors=dict(batch.errors))
     summary.failed = len(batch.errors)
@@ -125,8 +134,10 @@ def explain_images(
         explained: np.ndarray | None = None
         for cls in progress_bar(classes, enabled=progress, desc="methods", unit="method"):
             kwargs: dict[str, Any] = {"batch_size": batch_size, "progress": progress and len(classes) == 1}
+            accepted = accepted_parameters(cls)
+            kwargs.update({k: v for k, v in (common_params or {}).items() if k in accepted})
             kwargs.update(params.get(cls.name, {}))
-            if layer is not None and "layer" in cls.__init__.__code__.co_varnames:
+            if layer is not None and "layer" in accepted:
                 kwargs.setdefault("layer", layer)
             explanation = cls(model, **kwargs).explain(batch.inputs, targets)
             explanation.extras["paths"] = np.array([str(p) for p in batch.paths])

@@ -89,3 +89,19 @@ def test_demo_heatmaps_land_on_the_objects(tmp_path, capsys):
         assert explanation.targets[i] == meta["images"][path.name]["label"]
     assert hits >= len(demo_images()) - 1  # the Grad-CAM peak lies on the object
     assert (out / "index.html").exists()
+
+
+def test_method_parameters_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["explain", str(demo_model_path()), str(demo_images()[0]), "--method", "smoothgrad",
+                 "--param", "samples=3", "--param", "noise=0.0", "--out", str(out), "--quiet"]) == 0
+    saved = ks.Explanation.load(out / "smoothgrad.npz")
+    assert saved.params["samples"] == 3
+    plain = main(["explain", str(demo_model_path()), str(demo_images()[0]), "--method", "saliency",
+                  "--out", str(tmp_path / "plain"), "--quiet"])
+    assert plain == 0
+    np.testing.assert_allclose(saved.attributions, ks.Explanation.load(tmp_path / "plain" / "saliency.npz").attributions,
+                               rtol=1e-5, atol=1e-7)  # noise=0 SmoothGrad equals Saliency
+    assert main(["explain", str(demo_model_path()), str(demo_images()[0]), "--method", "gradcam",
+                 "--param", "samples=3", "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+    assert "No chosen method accepts the parameter(s) ['samples']" in capsys.readouterr().err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 from kerascope.cli.common import add_image_flags, add_model_flags, add_output_flags, emit, load_class_names
 
@@ -23,12 +25,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", type=int, help="class index to explain (default: the predicted class)")
     p.add_argument("--out", default="kerascope-out", help="output folder (default: kerascope-out)")
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="method parameter, e.g. --param samples=20 --param noise=0.1 --param window=[8,8] "
+                        "(JSON values; given to every chosen method that accepts it)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--cmap", default="jet", help="matplotlib colormap for overlays")
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity")
     add_image_flags(p)
     add_output_flags(p)
     p.set_defaults(run=run)
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """Parse ``NAME=VALUE`` pairs; values are JSON when they parse (numbers, lists), else strings.
+
+    Example:
+        >>> parse_params(["samples=20", "baseline=blur", "window=[8, 8]"])
+        {'samples': 20, 'baseline': 'blur', 'window': (8, 8)}
+    """
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param expects NAME=VALUE. Received: --param {item!r}.")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        params[name.strip()] = tuple(value) if isinstance(value, list) else value
+    return params
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         preprocess=args.preprocess,
         class_names=load_class_names(args.labels),
         batch_size=args.batch_size,
+        common_params=parse_params(args.param),
         cmap=args.cmap,
         alpha=args.alpha,
         progress=not (args.quiet or args.json),

@@ -123,6 +123,23 @@ class Engine:
         """
         return self._probabilities_out and not (self.output == "logits" and self._bypassed)
 
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """Return the value cached under ``key`` for this model, computing it once.
+
+        Used for per-input-signature facts that cost a forward pass (e.g. a
+        CAM method's default layer).
+
+        Example:
+            >>> import keras
+            >>> e = Engine(keras.Sequential([keras.Input((1,))]))
+            >>> e.memo("answer", lambda: 42), e.memo("answer", lambda: 0)
+            (42, 42)
+        """
+        full_key = ("memo", key)
+        if full_key not in self._compiled:
+            self._compiled[full_key] = compute()
+        return self._compiled[full_key]
+
     # ----------------------------------------------------------------- helpers
     def resolve_layers(self, layers: Sequence[str | keras.Layer]) -> list[keras.Layer]:
         """Resolve layer paths / objects to layer objects of this model.

@@ -131,7 +131,8 @@ class CAM(Method):
             'c'
         """
         if self.layer is None:
-            return default_layer(self.model, inputs)
+            signature = ("default_layer", tuple((shape[1:], dtype) for shape, dtype in inputs.specs))
+            return self.engine.memo(signature, lambda: default_layer(self.model, inputs))
         return find_layer(self.model, self.layer)
 
     # --- what variants override -------------------------------------------

@@ -52,6 +52,27 @@ def get(name: str | type) -> Any:
     return _REGISTRY[_key(name)]
 
 
+def accepted_parameters(cls: type) -> set[str]:
+    """Keyword arguments a method class's constructor accepts, following ``**kwargs`` up the MRO.
+
+    Example:
+        >>> import kerascope as ks
+        >>> {"layer", "upsample", "batch_size"} <= accepted_parameters(ks.GradCAM)
+        True
+    """
+    import inspect
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"self", "model"}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+    return names
+
+
 def available() -> list[str]:
     """Names of the registered methods (without aliases), sorted.
 

@@ -8,7 +8,7 @@ Example:
     (1, 8, 8)
 """
 
-from kerascope import batch, callbacks, methods
+from kerascope import batch, callbacks, evaluation, methods, metrics
 from kerascope.api import explain
 from kerascope.core.engine import Engine
 from kerascope.core.explanation import Explanation
@@ -82,6 +82,7 @@ __all__ = [
     "XGradCAM",
     "__version__",
     "batch",
+    "evaluation",
     "explain",
     "find_layer",
     "input_gradients",
@@ -90,6 +91,7 @@ __all__ = [
     "layers_gradients",
     "load_model",
     "methods",
+    "metrics",
     "weight_gradients",
 ]
 __all__ += ["callbacks", "plot_grid", "plot_sequence", "plot_tabular", "rebuild_report"]

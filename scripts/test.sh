@@ -13,7 +13,7 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "install kerascope and test dependencies"
 # torch==2.13.0 resolves to a CPU build on these machines; a bare `torch` would pull a multi-GB CUDA build.
-"$PY" -m pip install -q -e ".[tensorflow,test,batch]" "torch==2.13.0" "captum" "jax[cpu]"
+"$PY" -m pip install -q -e ".[tensorflow,test,ray]" "torch==2.13.0" "captum" "jax[cpu]"
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then

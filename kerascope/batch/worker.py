@@ -9,7 +9,6 @@ retried alone) become error rows.
 
 from __future__ import annotations
 
-import inspect
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -85,7 +84,7 @@ class BatchExplainer:
         from kerascope.core.layers import path_of
         from kerascope.io.images import model_image_size
         from kerascope.io.models import load_model
-        from kerascope.methods.registry import get
+        from kerascope.methods.registry import accepted_parameters, get
 
         self.config = config
         if model_bytes is not None:  # a cluster node may not see the driver's files: the model travels as bytes
@@ -103,7 +102,7 @@ class BatchExplainer:
         params = dict(config.method_params)
         params.setdefault("batch_size", config.batch_size)
         self.method = cls(self.model, **params)
-        accepts_layer = "layer" in inspect.signature(cls.__init__).parameters
+        accepts_layer = "layer" in accepted_parameters(cls)
         if accepts_layer and getattr(self.method, "layer", 0) is None and hasattr(self.method, "resolve_layer"):
             # Resolve the default layer once (it costs a forward pass) instead of once per batch.
             probe_input = np.zeros((1, *[d or 32 for d in self.input_shape]), np.float32)

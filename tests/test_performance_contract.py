@@ -1,0 +1,141 @@
+"""Performance contracts that are correctness properties, not timings.
+
+* No retracing: after a first call, a second call with the same shapes runs
+  no Python code of the model at all (no new trace of a compiled function, no
+  eager pass), and a call with a different number of images or rows per
+  chunk reuses the compiled functions (batch dimension ``None``). Counted two
+  ways: ``Engine.trace_count`` (traces of the compiled gradient function) and
+  a counting layer inside the model, whose Python ``call`` only runs when the
+  model is traced or run eagerly.
+* Mixed precision: models built under ``mixed_float16`` / ``mixed_bfloat16``
+  give float32 attributions that match the float32 model with the same
+  weights, within the precision of the compute dtype.
+
+The speed targets themselves are measured by ``bench/suite.py`` (see
+docs/performance.md), not here.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import kerascope as ks  # noqa: E402
+
+CALLS: list[int] = []
+
+
+class CountCalls(keras.layers.Layer):
+    """Identity layer that records every Python execution of ``call`` (traces and eager runs)."""
+
+    def call(self, x):
+        CALLS.append(1)
+        return x
+
+
+def build(policy: str | None = None, seed: int = 0) -> keras.Model:
+    """16x16x3 -> conv(relu) -> count -> conv(relu) -> GAP -> Dense(3) (softmax last, as users ship)."""
+    previous = keras.mixed_precision.global_policy()
+    try:
+        if policy is not None:
+            keras.mixed_precision.set_global_policy(policy)
+        keras.utils.set_random_seed(seed)
+        inputs = keras.Input((16, 16, 3))
+        h = keras.layers.Conv2D(6, 3, activation="relu", padding="same", name="conv1")(inputs)
+        h = CountCalls(name="count")(h)
+        h = keras.layers.Conv2D(8, 3, activation="relu", padding="same", name="conv2")(h)
+        h = keras.layers.GlobalAveragePooling2D()(h)
+        outputs = keras.layers.Dense(3, activation="softmax", dtype="float32" if policy else None, name="head")(h)
+        return keras.Model(inputs, outputs)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+METHODS = {
+    "saliency": lambda m: ks.Saliency(m, batch_size=4),
+    "gradcam": lambda m: ks.GradCAM(m, layer="conv2", batch_size=4),
+    "smoothgrad": lambda m: ks.SmoothGrad(m, samples=3, batch_size=4),
+    "integrated_gradients": lambda m: ks.IntegratedGradients(m, steps=3, batch_size=4),
+    "scorecam": lambda m: ks.ScoreCAM(m, layer="conv2", batch_size=4),
+    "occlusion": lambda m: ks.Occlusion(m, window=8, batch_size=4),
+}
+
+
+@pytest.fixture(scope="module")
+def model() -> keras.Model:
+    return build()
+
+
+def _images(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0, 1, (n, 16, 16, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_no_retrace_same_and_other_batch_sizes(model: keras.Model, name: str) -> None:
+    method = METHODS[name](model)
+    engine = method.engine
+    first = method.explain(_images(5), targets=[0, 1, 2, 0, 1])
+    traces, calls = engine.trace_count, len(CALLS)
+    if name in ("saliency", "gradcam", "smoothgrad", "integrated_gradients", "scorecam"):
+        assert traces >= 1  # these go through the compiled gradient function
+
+    again = method.explain(_images(5), targets=[0, 1, 2, 0, 1])
+    assert engine.trace_count == traces, "same shapes: the gradient function was traced again"
+    assert len(CALLS) == calls, "same shapes: the model's Python code ran again (retrace or eager pass)"
+    np.testing.assert_allclose(np.asarray(again.attributions), np.asarray(first.attributions), rtol=1e-5, atol=1e-6)
+
+    # Other numbers of images (a different last-chunk size) and other chunk sizes reuse the functions.
+    method.explain(_images(2, seed=1), targets=2)
+    method.batch_size = 3
+    method.explain(_images(7, seed=2), targets=None)
+    assert engine.trace_count == traces, "another batch size retraced the gradient function"
+    assert len(CALLS) == calls, "another batch size ran the model's Python code again"
+
+
+def test_engine_gradients_reuse_across_batch_sizes(model: keras.Model) -> None:
+    engine = ks.Saliency(model).engine
+    layer = model.get_layer("conv1")
+    engine.gradients(_images(4), 0, layers=[layer], batch_size=4)
+    traces = engine.trace_count
+    for n, batch_size in ((1, 4), (9, 4), (6, 5), (3, 1)):
+        result = engine.gradients(_images(n, seed=n), 1, layers=[layer], batch_size=batch_size)
+        assert result.layer_grads[0].shape == (n, 16, 16, 6)
+    assert engine.trace_count == traces
+
+
+@pytest.mark.parametrize("policy,rtol", [("mixed_float16", 2e-2), ("mixed_bfloat16", 6e-2)])
+def test_mixed_precision_attributions_are_float32(policy: str, rtol: float) -> None:
+    mixed = build(policy, seed=3)
+    assert mixed.get_layer("conv1").compute_dtype == policy.split("_")[1]
+    reference = build(None, seed=3)
+    reference.set_weights([np.asarray(w, np.float32) for w in mixed.get_weights()])
+    assert keras.mixed_precision.global_policy().name == "float32"  # build() restored the policy
+    x = _images(3, seed=4)
+    for make in (
+        lambda m: ks.Saliency(m),
+        lambda m: ks.GradCAM(m, layer="conv2"),
+        lambda m: ks.IntegratedGradients(m, steps=8),
+        lambda m: ks.SmoothGrad(m, samples=4, seed=0),
+        lambda m: ks.Occlusion(m, window=8),
+        lambda m: ks.ScoreCAM(m, layer="conv2"),
+    ):
+        got = make(mixed).explain(x, targets=[0, 1, 2])
+        want = make(reference).explain(x, targets=[0, 1, 2])
+        attributions = np.asarray(got.attributions)
+        assert attributions.dtype == np.float32, f"{got.method}: {attributions.dtype}"
+        assert np.asarray(got.scores).dtype == np.float32
+        assert np.all(np.isfinite(attributions))
+        expected = np.asarray(want.attributions)
+        scale = np.abs(expected).max()
+        assert scale > 0
+        # Low-precision compute flips a few ReLUs whose input is near zero: compare in bulk, not per element.
+        outside = np.mean(np.abs(attributions - expected) > rtol * scale)
+        assert outside <= 0.03, f"{got.method}: {outside:.1%} of the values off by more than {rtol} x max"
+        a, b = attributions.ravel().astype(np.float64), expected.ravel().astype(np.float64)
+        cosine = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+        assert cosine >= 1 - rtol, f"{got.method}: cosine similarity {cosine:.4f} with the float32 model"

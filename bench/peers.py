@@ -1,0 +1,258 @@
+"""kerascope side by side with tf-keras-vis, Xplique and tf-explain (same model, inputs, parameters).
+
+The peers live in their own virtual environment, created by this script with
+``--system-site-packages`` (so every library runs on the very same
+TensorFlow / Keras / numpy as kerascope) and a constraints file pinning those
+three to the installed versions, so that installing a peer cannot swap them.
+Each peer is installed separately from PyPI; what installed (with its
+version) and what did not (with pip's last error lines) is recorded in
+``bench/peers-env.json``. The timing then runs in ONE process inside that
+environment: for each shared method the libraries take turns, the order
+rotating every round, after one warm-up call each; a peer that fails at
+import or at call time is reported with its exception, not skipped silently.
+
+All images get the same target class (tf-explain explains one class index
+per call). Parameters are matched: the same number of noise samples, IG
+steps, occlusion window, Score-CAM layer (and its channel count).
+
+Usage:
+    python bench/peers.py --setup    # create ~/.cache/kerascope/peers-venv ($KERASCOPE_PEERS_VENV), install peers
+    python bench/peers.py --model mobilenetv2 --images 8 --samples 16 --steps 16
+    python bench/peers.py --model demo --images 8 --methods saliency gradcam smoothgrad
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("KERASCOPE_PEERS_VENV", Path.home() / ".cache" / "kerascope" / "peers-venv"))
+RECORD = HERE / "peers-env.json"
+PEERS = {"tf-keras-vis": "tf_keras_vis", "xplique": "xplique", "tf-explain": "tf_explain"}
+METHODS = ("saliency", "smoothgrad", "integrated_gradients", "gradcam", "gradcam_plusplus", "scorecam", "occlusion")
+
+
+# ------------------------------------------------------------------ setup
+def setup() -> None:
+    import importlib.metadata as md
+
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        VENV.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)], check=True)
+    pins = {name: md.version(name) for name in ("tensorflow", "keras", "numpy")}
+    constraints = VENV / "constraints.txt"
+    constraints.write_text("".join(f"{k}=={v}\n" for k, v in pins.items()))
+    record: dict[str, Any] = {"pinned": pins, "python": sys.version.split()[0], "peers": {}}
+    for package in PEERS:
+        proc = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), package],
+            capture_output=True, text=True,
+        )
+        if proc.returncode == 0:
+            version = subprocess.run(
+                [str(python), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
+                capture_output=True, text=True,
+            ).stdout.strip()
+            record["peers"][package] = {"installed": True, "version": version}
+        else:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-8:]
+            record["peers"][package] = {"installed": False, "pip_error": tail}
+        print(package, record["peers"][package])
+    RECORD.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {RECORD}")
+
+
+# ---------------------------------------------------------------- workers
+def build_model(name: str) -> tuple[Any, str, str]:
+    """The model, its Grad-CAM layer and the Score-CAM layer (<= 64 channels)."""
+    import keras
+
+    if name == "mobilenetv2":
+        return keras.applications.MobileNetV2(weights=None, classifier_activation=None), "out_relu", "block_9_project_BN"
+    if name == "resnet50":
+        return keras.applications.ResNet50(weights=None, classifier_activation=None), "conv5_block3_out", "conv1_relu"
+    if name == "demo":
+        import kerascope as ks
+        from kerascope.data import demo_model_path
+
+        return ks.load_model(demo_model_path()), "conv3b", "conv3b"
+    raise SystemExit(f"Unknown model. Received: --model {name!r}.")
+
+
+def kerascope_calls(model: Any, args: argparse.Namespace, cam: str, score: str) -> dict[str, Callable]:
+    import kerascope as ks
+
+    b = {"batch_size": args.chunk}
+    return {
+        "saliency": lambda x, t: ks.Saliency(model, **b).explain(x, t),
+        "smoothgrad": lambda x, t: ks.SmoothGrad(model, samples=args.samples, noise=0.2, **b).explain(x, t),
+        "integrated_gradients": lambda x, t: ks.IntegratedGradients(
+            model, steps=args.steps, method="riemann_trapezoid", **b).explain(x, t),
+        "gradcam": lambda x, t: ks.GradCAM(model, layer=cam, **b).explain(x, t),
+        "gradcam_plusplus": lambda x, t: ks.GradCAMPlusPlus(model, layer=cam, **b).explain(x, t),
+        "scorecam": lambda x, t: ks.ScoreCAM(model, layer=score, **b).explain(x, t),
+        "occlusion": lambda x, t: ks.Occlusion(model, window=args.window, **b).explain(x, t),
+    }
+
+
+def tf_keras_vis_calls(model: Any, args: argparse.Namespace, cam: str, score: str) -> dict[str, Callable]:
+    from tf_keras_vis.gradcam import Gradcam
+    from tf_keras_vis.gradcam_plus_plus import GradcamPlusPlus
+    from tf_keras_vis.saliency import Saliency
+    from tf_keras_vis.scorecam import Scorecam
+    from tf_keras_vis.utils.scores import CategoricalScore
+
+    return {
+        "saliency": lambda x, t: Saliency(model, clone=False)(CategoricalScore(list(t)), x),
+        "smoothgrad": lambda x, t: Saliency(model, clone=False)(
+            CategoricalScore(list(t)), x, smooth_samples=args.samples, smooth_noise=0.2),
+        "gradcam": lambda x, t: Gradcam(model, clone=False)(CategoricalScore(list(t)), x, penultimate_layer=cam),
+        "gradcam_plusplus": lambda x, t: GradcamPlusPlus(model, clone=False)(
+            CategoricalScore(list(t)), x, penultimate_layer=cam),
+        "scorecam": lambda x, t: Scorecam(model, clone=False)(
+            CategoricalScore(list(t)), x, penultimate_layer=score, batch_size=args.chunk),
+    }
+
+
+def xplique_calls(model: Any, args: argparse.Namespace, cam: str, score: str) -> dict[str, Callable]:
+    import numpy as np
+    from xplique.attributions import GradCAM, GradCAMPP, IntegratedGradients, Occlusion, Saliency, SmoothGrad
+
+    def onehot(t: Any) -> Any:
+        return np.eye(int(model.outputs[0].shape[-1]), dtype=np.float32)[t]
+
+    b = args.chunk
+    return {
+        "saliency": lambda x, t: Saliency(model, batch_size=b)(x, onehot(t)),
+        "smoothgrad": lambda x, t: SmoothGrad(model, nb_samples=args.samples, noise=0.2, batch_size=b)(x, onehot(t)),
+        "integrated_gradients": lambda x, t: IntegratedGradients(model, steps=args.steps, batch_size=b)(x, onehot(t)),
+        "gradcam": lambda x, t: GradCAM(model, conv_layer=cam, batch_size=b)(x, onehot(t)),
+        "gradcam_plusplus": lambda x, t: GradCAMPP(model, conv_layer=cam, batch_size=b)(x, onehot(t)),
+        "occlusion": lambda x, t: Occlusion(model, patch_size=args.window, patch_stride=args.window,
+                                            batch_size=b)(x, onehot(t)),
+    }
+
+
+def tf_explain_calls(model: Any, args: argparse.Namespace, cam: str, score: str) -> dict[str, Callable]:
+    from tf_explain.core.grad_cam import GradCAM
+    from tf_explain.core.integrated_gradients import IntegratedGradients
+    from tf_explain.core.occlusion_sensitivity import OcclusionSensitivity
+    from tf_explain.core.smoothgrad import SmoothGrad
+    from tf_explain.core.vanilla_gradients import VanillaGradients
+
+    return {
+        "saliency": lambda x, t: VanillaGradients().explain((x, None), model, int(t[0])),
+        "smoothgrad": lambda x, t: SmoothGrad().explain((x, None), model, int(t[0]), num_samples=args.samples,
+                                                        noise=0.2),
+        "integrated_gradients": lambda x, t: IntegratedGradients().explain((x, None), model, int(t[0]),
+                                                                           n_steps=args.steps),
+        "gradcam": lambda x, t: GradCAM().explain((x, None), model, int(t[0]), layer_name=cam),
+        "occlusion": lambda x, t: OcclusionSensitivity().explain((x, None), model, int(t[0]),
+                                                                 patch_size=args.window),
+    }
+
+
+LIBRARIES = {"kerascope": kerascope_calls, "tf-keras-vis": tf_keras_vis_calls, "xplique": xplique_calls,
+             "tf-explain": tf_explain_calls}
+
+
+def worker(args: argparse.Namespace) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    model, cam, score = build_model(args.model)
+    shape = tuple(model.inputs[0].shape[1:])
+    args.window = args.window or max(1, shape[0] // 4)
+    x = np.random.default_rng(0).uniform(0, 1, (args.images, *shape)).astype(np.float32)
+    t = np.zeros(args.images, np.int64)  # one class for all: tf-explain takes a single class index
+    calls: dict[str, dict[str, Callable]] = {}
+    status: dict[str, str] = {}
+    for library, make in LIBRARIES.items():
+        try:
+            calls[library] = make(model, args, cam, score)
+            import importlib.metadata as md
+
+            status[library] = "ok " + (md.version(library) if library != "kerascope" else "")
+        except Exception as error:
+            status[library] = f"import failed: {type(error).__name__}: {error}"
+    load = os.getloadavg()
+    print(f"model={args.model} images={args.images} chunk={args.chunk} samples={args.samples} steps={args.steps} "
+          f"window={args.window} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
+    for library, text in status.items():
+        print(f"  {library}: {text}")
+    print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}  note")
+    for method in args.methods:
+        runners = {lib: c[method] for lib, c in calls.items() if method in c}
+        errors: dict[str, str] = {}
+        for lib, fn in list(runners.items()):  # warm-up; a failing peer is reported, not hidden
+            try:
+                fn(x, t)
+            except Exception as error:
+                errors[lib] = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:160]}"
+                if args.verbose:
+                    traceback.print_exc()
+                runners.pop(lib)
+        times: dict[str, list[float]] = {lib: [] for lib in runners}
+        order = list(runners)
+        for round_ in range(args.repeats):
+            shift = round_ % max(1, len(order))
+            for lib in order[shift:] + order[:shift]:
+                start = time.perf_counter()
+                runners[lib](x, t)
+                times[lib].append(time.perf_counter() - start)
+        medians = {lib: statistics.median(v) for lib, v in times.items()}
+        ours = medians.get("kerascope")
+        for lib, median in medians.items():
+            speedup = "" if lib == "kerascope" or ours is None else f"{median / ours:9.2f}x"
+            print(f"{method:<22}{lib:<14}{median:10.3f}{speedup:>10}")
+        for lib, text in errors.items():
+            print(f"{method:<22}{lib:<14}{'FAILED':>10}            {text}")
+        for lib in LIBRARIES:
+            if lib not in calls:
+                continue
+            if method not in calls[lib]:
+                print(f"{method:<22}{lib:<14}{'-':>10}            (not offered)")
+        sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setup", action="store_true", help="create the venv and install the peers, then stop")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="mobilenetv2")
+    parser.add_argument("--images", type=int, default=8)
+    parser.add_argument("--chunk", type=int, default=32)
+    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--window", type=int, default=None, help="occlusion window (default: side / 4)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    if args.setup:
+        setup()
+        return
+    if args.worker:
+        worker(args)
+        return
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        setup()
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), "--worker", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()

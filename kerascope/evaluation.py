@@ -22,6 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.methods.base import UnsupportedModelError
 from kerascope.metrics import deletion, energy_pointing_game, insertion, model_randomisation, pointing_game
 from kerascope.metrics._common import to_maps
 from kerascope.metrics.sanity import SanityResult
@@ -83,6 +84,7 @@ class MethodScores:
     sanity_ssim: float = math.nan
     seconds_per_image: float = math.nan
     error: str = ""
+    applicable: bool = True
     deletion_curve: np.ndarray | None = None
     insertion_curve: np.ndarray | None = None
     sanity: SanityResult | None = None
@@ -313,6 +315,9 @@ def benchmark(
                 )
                 row.sanity = sanity
                 row.sanity_spearman, row.sanity_ssim = sanity.final_spearman, sanity.final_ssim
+        except UnsupportedModelError as error:
+            row.error = f"not applicable: {error}"[:300]
+            row.applicable = False
         except Exception as error:  # noqa: BLE001 - one failing method must not stop the benchmark
             row.error = f"{type(error).__name__}: {error}"[:300]
     config = {

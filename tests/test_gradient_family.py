@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import kerascope as ks  # noqa: E402
+from kerascope.methods.base import UnsupportedModelError  # noqa: E402
 from kerascope.methods.integrated import gaussian_blur, quadrature  # noqa: E402
 
 RNG = np.random.default_rng(7)
@@ -340,7 +341,7 @@ def test_deeplift_rejects_unsupported_layers(layer, needle):
     assert needle in str(info.value)
     pool = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.MaxPooling2D(name="mp"), keras.layers.Flatten(),
                              keras.layers.Dense(2)])
-    with pytest.raises(ValueError, match="'mp' \\(MaxPooling2D\\)"):
+    with pytest.raises(UnsupportedModelError, match="'mp' \\(MaxPooling2D\\)"):
         ks.DeepLIFT(pool).explain(np.ones((1, 4, 4, 1), np.float32))
 
 

@@ -11,6 +11,18 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 
 
+class UnsupportedModelError(ValueError):
+    """The method cannot explain this kind of model (e.g. DeepLIFT on max pooling).
+
+    A ``ValueError``, so existing handlers still catch it; benchmarks report
+    such methods as "not applicable" rather than failed.
+
+    Example:
+        >>> issubclass(UnsupportedModelError, ValueError)
+        True
+    """
+
+
 class Method:
     """Base of all methods: ``Method(model, **params).explain(inputs, targets)``.
 

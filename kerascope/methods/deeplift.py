@@ -16,7 +16,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import iter_layers
 from kerascope.methods._folding import forward_scores, row_targets
-from kerascope.methods.base import Method
+from kerascope.methods.base import Method, UnsupportedModelError
 from kerascope.methods.gradients import Saliency
 from kerascope.methods.integrated import _describe_baseline, resolve_baselines
 from kerascope.methods.registry import register
@@ -99,7 +99,7 @@ def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
         if act not in SUPPORTED_ACTIVATIONS:
             problems.append(f"{path!r} ({type(layer).__name__} with activation {act!r})")
     if problems:
-        raise ValueError(
+        raise UnsupportedModelError(
             "DeepLIFT (rescale rule) supports ReLU networks built from linear layers. Received: "
             f"unsupported layers [{', '.join(problems)}]. Supported: Dense, convolutions, average "
             "pooling, Flatten/Reshape, BatchNormalization (inference), Add/Concatenate, padding, "

@@ -31,4 +31,6 @@ step "lint"
 step "tests"
 markers="not slow"
 [ -n "${FAST:-}" ] && markers="not slow and not ray"
-"$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 "$@"
+# the docstring examples of every public name run too (other backends' modules are tested in their own runs)
+"$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durations=15 \
+  --doctest-modules tests kerascope --ignore=kerascope/_backend/jax.py --ignore=kerascope/_backend/torch.py "$@"

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     Example:
         >>> from kerascope.cli import main
         >>> main(["methods"])  # doctest: +ELLIPSIS
-        gradcam ...
+        ablationcam ...gradcam ...saliency ...
         0
     """
     from kerascope.methods.registry import describe

@@ -153,13 +153,13 @@ def weight_gradients(
     """Gradients of the summed target score w.r.t. a layer's trainable weights.
 
     ``layer=None`` means all trainable weights of the model. Keys are the
-    variables' paths (e.g. ``"fc1/kernel"``).
+    variables' paths (e.g. ``"sequential/fc1/kernel"``).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc1")])
-        >>> sorted(ks.weight_gradients(m, np.ones((1, 3)), "fc1", targets=0))
-        ['fc1/bias', 'fc1/kernel']
+        >>> sorted(path.split("/")[-1] for path in ks.weight_gradients(m, np.ones((1, 3)), "fc1", targets=0))
+        ['bias', 'kernel']
     """
     owner = model if layer is None else find_layer(model, layer)
     variables = list(owner.trainable_variables)

@@ -64,7 +64,7 @@ SUPPORTED_ACTIVATIONS = ("linear", "relu", "relu6")
 
 
 def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
-    """Raise a ``ValueError`` naming every layer the rescale rule cannot handle.
+    """Raise an ``UnsupportedModelError`` (a ``ValueError``) naming every layer the rescale rule cannot handle.
 
     Supported: linear layers (Dense, convolutions, average pooling, Flatten,
     Reshape, BatchNormalization in inference, Add/Concatenate, padding,
@@ -80,7 +80,7 @@ def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
         >>> check_deeplift_support(m, [])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: DeepLIFT (rescale rule) supports ReLU networks built from linear layers. Received: unsupported layers ['h' (Dense with activation 'tanh')]. ...
+        kerascope.methods.base.UnsupportedModelError: DeepLIFT (rescale rule) supports ReLU networks built from linear layers. Received: unsupported layers ['h' (Dense with activation 'tanh')]. ...
     """
     linear = _linear_layer_types()
     problems = []

@@ -156,3 +156,26 @@ def test_occlusion(pair, data, window, stride, baseline):
                            target=torch.from_numpy(targets))
     ours = ks.Occlusion(model, window=window, stride=stride, baseline=baseline).explain(x, targets)
     assert_close(ours.attributions, from_torch(theirs))
+
+
+def test_layer_gradcam(pair, data):
+    """Captum's LayerGradCam with relu_attributions=True is kerascope's GradCAM at the layer's resolution."""
+    model, net = pair
+    x, targets = data
+    expected = captum_attr.LayerGradCam(net, net[3]).attribute(
+        to_torch(x), target=torch.from_numpy(targets), relu_attributions=True
+    )
+    ours = ks.GradCAM(model, layer="r2", upsample=False).explain(x, targets).attributions
+    assert ours.shape == (4, 6, 6)
+    assert_close(ours, expected.detach().numpy()[:, 0])
+
+
+def test_guided_gradcam(pair, data):
+    """Captum's GuidedGradCam with bilinear interpolation (kerascope upsamples bilinearly, half-pixel centres)."""
+    model, net = pair
+    x, targets = data
+    expected = captum_attr.GuidedGradCam(net, net[3]).attribute(
+        to_torch(x), target=torch.from_numpy(targets), interpolate_mode="bilinear"
+    )
+    ours = ks.GuidedGradCAM(model, layer="r2").explain(x, targets).attributions
+    assert_close(ours, from_torch(expected))

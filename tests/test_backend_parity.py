@@ -83,6 +83,18 @@ def run_methods(model_path: str, inputs_path: str, out_path: str) -> None:
             results[f"{name}/attr{i}"] = np.asarray(a, np.float32)
         results[f"{name}/targets"] = np.asarray(explanation.targets)
         results[f"{name}/scores"] = np.asarray(explanation.scores, np.float32)
+    # The primitives, in chunks of 3 (a remainder chunk; weight gradients summed over chunks).
+    results["primitives/input"] = ks.input_gradients(model, x, TARGETS, batch_size=3)
+    acts, grads = ks.layer_gradients(model, x, "conv2", TARGETS, batch_size=3)
+    results["primitives/layer_acts"], results["primitives/layer_grads"] = acts, grads
+    for path, grad in ks.weight_gradients(model, x, None, TARGETS, batch_size=3).items():
+        results[f"primitives/weight:{path}"] = grad
+    # Weights are read at each call, never baked into the compiled function: doubling the
+    # head (kernel and bias) doubles the logits and so the cached Saliency's gradients.
+    head = model.get_layer("head")
+    results["reuse/before"] = ks.Saliency(model).explain(x, targets=TARGETS).attributions
+    head.set_weights([2.0 * w for w in head.get_weights()])
+    results["reuse/after"] = ks.Saliency(model).explain(x, targets=TARGETS).attributions
     np.savez(out_path, **results)
     Path(out_path).with_suffix(".json").write_text(json.dumps(errors))
 
@@ -168,6 +180,19 @@ def test_attributions_match_across_backends(per_backend):
             if not ok:
                 mismatches.append(f"{key}: {backend} vs {reference_backend} max error {error:.2e} of scale")
     assert not mismatches, "\n".join(mismatches)
+
+
+def test_compiled_functions_read_current_weights(per_backend):
+    for backend, (results, _) in per_backend.items():
+        np.testing.assert_allclose(results["reuse/after"], 2.0 * results["reuse/before"], rtol=1e-5, atol=1e-7,
+                                   err_msg=backend)
+
+
+def test_weight_gradients_cover_every_trainable_variable(per_backend):
+    for backend, (results, _) in per_backend.items():
+        weights = [k for k in results if k.startswith("primitives/weight:")]
+        assert len(weights) == 8, (backend, weights)  # kernel+bias of conv1, conv2, head; bn gamma+beta
+        assert all(np.any(results[k] != 0) for k in weights), backend
 
 
 def test_attributions_are_not_trivial(per_backend):

@@ -109,7 +109,8 @@ def _same_outputs(a: keras.Layer, b: keras.Layer, sample: Any) -> bool:
     except Exception:
         return False
     return len(out_a) == len(out_b) and all(
-        np.allclose(np.asarray(p), np.asarray(q), rtol=1e-5, atol=1e-6) for p, q in zip(out_a, out_b, strict=True)
+        np.allclose(keras.ops.convert_to_numpy(p), keras.ops.convert_to_numpy(q), rtol=1e-5, atol=1e-6)
+        for p, q in zip(out_a, out_b, strict=True)
     )
 
 

@@ -28,9 +28,20 @@ fi
 step "lint"
 "$PY" -m ruff check kerascope tests bench scripts
 
-step "tests"
+step "tests (TensorFlow backend: everything)"
 markers="not slow"
 [ -n "${FAST:-}" ] && markers="not slow and not ray"
 # the docstring examples of every public name run too (other backends' modules are tested in their own runs)
 "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durations=15 \
   --doctest-modules tests kerascope --ignore=kerascope/_backend/jax.py --ignore=kerascope/_backend/torch.py "$@"
+
+# The same API on JAX and PyTorch. Test files that need TensorFlow for their reference computations
+# (test_core, test_cam_family, the seed cases, callbacks, performance contract) run on TensorFlow only;
+# tests/test_backend_parity.py (above) compares all three backends on identical weights.
+for backend in jax torch; do
+  step "tests ($backend backend: backend-independent files and the backend's own examples)"
+  KERAS_BACKEND=$backend "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
+    tests/test_gradient_family.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
+    tests/test_plots.py tests/test_evaluation.py tests/test_batch_local.py tests/test_report_browser.py \
+    --doctest-modules "kerascope/_backend/$backend.py"
+done

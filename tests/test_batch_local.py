@@ -66,7 +66,7 @@ def setup(tmp_path_factory):
 
 def logits_by_hand(model: keras.Model, x: np.ndarray) -> np.ndarray:
     """Pre-softmax logits from the pooled features and the Dense weights (independent of kerascope)."""
-    pooled = np.asarray(keras.Model(model.inputs[0], model.get_layer("gap").output)(x))
+    pooled = keras.ops.convert_to_numpy(keras.Model(model.inputs[0], model.get_layer("gap").output)(x))
     kernel, bias = model.get_layer("dense").get_weights()
     return pooled @ kernel + bias
 

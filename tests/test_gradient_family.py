@@ -173,7 +173,17 @@ def image_cnn(seed: int) -> keras.Model:
     x = keras.layers.Conv2D(4, 3, activation="relu", padding="same", bias_initializer=bias[0])(inputs)
     x = keras.layers.Conv2D(6, 3, activation="relu", bias_initializer=bias[1])(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(3, bias_initializer=bias[2])(x))
+    model = keras.Model(inputs, keras.layers.Dense(3, bias_initializer=bias[2])(x))
+    # numpy-drawn weights: the same model on every Keras backend (their initialisers' RNGs differ)
+    rng = np.random.default_rng(seed + 100)
+    for layer in model.layers:
+        weights = layer.get_weights()
+        if weights:
+            kernel, b = weights
+            limit = np.sqrt(6.0 / (np.prod(kernel.shape[:-1]) + kernel.shape[-1]))
+            layer.set_weights([rng.uniform(-limit, limit, kernel.shape).astype(np.float32),
+                               rng.normal(0.0, 0.1, b.shape).astype(np.float32)])
+    return model
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -196,7 +196,7 @@ def randomise_layer(layer: keras.Layer, seed: int) -> None:
         if isinstance(init, keras.initializers.Initializer):
             config = dict(init.get_config())
             if "seed" in config:
-                config["seed"] = int(seed) * 1009 + i
+                config["seed"] = (int(seed) * 1009 + i) % (2**31 - 1)
             values = np.asarray(keras.ops.convert_to_numpy(
                 type(init).from_config(config)(tuple(variable.shape), dtype=variable.dtype)))
         if values is None:

@@ -176,15 +176,17 @@ class CAM(Method):
             batch_size=self.batch_size, progress=self.progress,
         )
 
-    def maps(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, Any, keras.Layer]:
-        """Raw (post-ReLU, not upsampled) maps, the engine result and the layer.
+    def spatial_data(self, inputs: Inputs, targets: Any) -> tuple[keras.Layer, Any, np.ndarray]:
+        """The feature layer, the engine result there, and its activations as float32 ``(N, *spatial, C)``.
+
+        Raises a clear error when the layer's output is not spatial.
 
         Example:
             >>> import keras, numpy as np, kerascope as ks
             >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
             ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-            >>> ks.GradCAM(m).maps(Inputs(np.ones((1, 4, 4, 1))), 0)[0].shape
-            (1, 2, 2)
+            >>> ks.GradCAM(m).spatial_data(Inputs(np.ones((1, 4, 4, 1))), 0)[2].shape
+            (1, 2, 2, 2)
         """
         layer = self.resolve_layer(inputs)
         result = self.layer_data(inputs, targets, layer)
@@ -195,6 +197,19 @@ class CAM(Method):
                 f"layer={path_of(self.model, layer)!r} with output shape {activations.shape}. "
                 "Pick a convolutional layer (see `kerascope.layers(model)`)."
             )
+        return layer, result, activations
+
+    def maps(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, Any, keras.Layer]:
+        """Raw (post-ReLU, not upsampled) maps, the engine result and the layer.
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
+            ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+            >>> ks.GradCAM(m).maps(Inputs(np.ones((1, 4, 4, 1))), 0)[0].shape
+            (1, 2, 2)
+        """
+        layer, result, activations = self.spatial_data(inputs, targets)
         cams = np.maximum(self.combine(activations, np.asarray(result.layer_grads[0], np.float32)), 0.0)
         return cams.astype(np.float32), result, layer
 

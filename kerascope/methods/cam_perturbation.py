@@ -77,15 +77,7 @@ class PerturbationCAM(CAM):
         return targets_lib.encode(targets, n)[1]
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        layer = self.resolve_layer(inputs)
-        result = self.layer_data(inputs, targets, layer)
-        activations = np.asarray(result.activations[0], np.float32)
-        if activations.ndim < 3:
-            raise ValueError(
-                f"CAM methods need a layer with spatial output (N, h, w, C) or (N, t, C). Received: "
-                f"layer={path_of(self.model, layer)!r} with output shape {activations.shape}. "
-                "Pick a convolutional layer (see `kerascope.layers(model)`)."
-            )
+        layer, result, activations = self.spatial_data(inputs, targets)
         weights, variant_scores = self.variant_weights(inputs, targets, result, layer, activations)
         shape = (weights.shape[0],) + (1,) * (activations.ndim - 2) + (weights.shape[1],)
         cams = np.maximum(np.sum(activations * weights.reshape(shape), axis=-1), 0.0).astype(np.float32)

@@ -11,8 +11,7 @@ import numpy as np
 
 from kerascope.core.engine import engine_for
 from kerascope.core.explanation import Explanation
-
-REDUCTIONS = ("abs_sum", "sum", "max_abs", "positive")
+from kerascope.core.reduce import REDUCTIONS, reduce_channels
 
 
 @dataclass
@@ -82,14 +81,7 @@ def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str 
         raise ValueError(f"Unknown channel reduction. Received: reduce={reduce!r}. Expected one of {REDUCTIONS}.")
     a = np.asarray(attributions, np.float32)
     if a.ndim == 4:
-        if reduce == "abs_sum":
-            a = np.abs(a).sum(-1)
-        elif reduce == "sum":
-            a = a.sum(-1)
-        elif reduce == "max_abs":
-            a = np.abs(a).max(-1)
-        else:
-            a = np.maximum(a, 0).sum(-1)
+        a = reduce_channels(a, reduce)
     if a.ndim != 3:
         raise ValueError(
             "Expected attributions of shape (N, H, W) or (N, H, W, C). "

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kerascope.core.reduce import REDUCTIONS, reduce_channels
+
 
 def heatmap(attribution: np.ndarray, *, reduce: str = "abs_sum", percentile: float = 99.5) -> np.ndarray:
     """Turn one raw attribution (``(H, W)`` or ``(H, W, C)``) into a 2-D map in [0, 1] for display.
@@ -21,19 +23,9 @@ def heatmap(attribution: np.ndarray, *, reduce: str = "abs_sum", percentile: flo
     """
     a = np.asarray(attribution, np.float32)
     if a.ndim == 3:
-        if reduce == "abs_sum":
-            a = np.abs(a).sum(-1)
-        elif reduce == "sum":
-            a = a.sum(-1)
-        elif reduce == "max_abs":
-            a = np.abs(a).max(-1)
-        elif reduce == "positive":
-            a = np.maximum(a, 0).sum(-1)
-        else:
-            raise ValueError(
-                f"Unknown channel reduction. Received: reduce={reduce!r}. "
-                "Expected 'abs_sum', 'sum', 'max_abs' or 'positive'."
-            )
+        a = reduce_channels(a, reduce)
+    elif reduce not in REDUCTIONS:
+        raise ValueError(f"Unknown channel reduction. Received: reduce={reduce!r}. Expected one of {REDUCTIONS}.")
     if a.ndim != 2:
         raise ValueError(f"Expected a (H, W) or (H, W, C) attribution. Received: shape={a.shape}.")
     a = np.maximum(a, 0) if reduce == "positive" else np.abs(a)

@@ -22,7 +22,7 @@ import numpy as np
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
 from kerascope.core.inputs import Inputs, check_against_model
-from kerascope.core.layers import find_layer, path_of
+from kerascope.core.layers import find_layer, iter_layers, path_of
 from kerascope.core.probe import bypass_softmax, override_relu_gradients, probe, softmax_candidates
 from kerascope.core.progress import progress_bar
 
@@ -150,7 +150,38 @@ class Engine:
             >>> [l.name for l in Engine(m).resolve_layers(["d"])]
             ['d']
         """
-        return [find_layer(self.model, layer) for layer in layers]
+        index = self._layer_index()
+        resolved = []
+        for layer in layers:
+            if isinstance(layer, keras.Layer) and id(layer) in index[1]:
+                resolved.append(layer)
+            elif isinstance(layer, str) and layer in index[0]:
+                resolved.append(index[0][layer])
+            else:  # bare names, objects of other models, unknown names: full lookup and its errors
+                resolved.append(find_layer(self.model, layer))
+        return resolved
+
+    def path_of(self, layer: keras.Layer) -> str:
+        """The path of a layer object of this model (from a cached index of the model's layers).
+
+        Example:
+            >>> import keras
+            >>> d = keras.layers.Dense(2, name="d")
+            >>> Engine(keras.Sequential([keras.Input((3,)), d])).path_of(d)
+            'd'
+        """
+        path = self._layer_index()[1].get(id(layer))
+        return path if path is not None else path_of(self.model, layer)
+
+    def _layer_index(self) -> tuple[dict[str, keras.Layer], dict[int, str]]:
+        """``({path: layer}, {id(layer): path})``, built once per model structure (top-level layer count)."""
+        model = self.model
+
+        def build() -> tuple[dict[str, keras.Layer], dict[int, str]]:
+            by_path = dict(iter_layers(model))
+            return by_path, {id(layer): path for path, layer in by_path.items()}
+
+        return self.memo(("layer_index", len(getattr(model, "layers", []) or [])), build)
 
     def _select(self, outputs: Any) -> Any:
         if isinstance(outputs, dict):
@@ -236,7 +267,7 @@ class Engine:
             >>> Engine(m).bypassed_layers
             []
         """
-        return [path_of(self.model, layer) for layer in self._bypassed or []]
+        return [self.path_of(layer) for layer in self._bypassed or []]
 
     # ------------------------------------------------------------------- core
     def _build(
@@ -251,7 +282,7 @@ class Engine:
         backend = _backend.get()
         bypass = list(self._bypassed or []) if self.output == "logits" else []
         owner = weakref.ref(self)
-        layer_names = [path_of(self.model, layer) for layer in layers]
+        layer_names = [self.path_of(layer) for layer in layers]
         model_arg = inputs.structurer()
 
         def forward(arrays: list[Any], indices: Any, transform: Callable) -> tuple[Any, Any, list[Any]]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.layers import find_layer, iter_layers, path_of
+from kerascope.core.layers import find_layer, iter_layers
 from kerascope.core.probe import probe
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
@@ -118,7 +118,7 @@ class CAM(Method):
         """
         params = super().params()
         if isinstance(self.layer, keras.Layer):
-            params["layer"] = path_of(self.model, self.layer)
+            params["layer"] = self.engine.path_of(self.layer)
         return params
 
     def resolve_layer(self, inputs: Inputs) -> keras.Layer:
@@ -133,7 +133,7 @@ class CAM(Method):
         if self.layer is None:
             signature = ("default_layer", tuple((shape[1:], dtype) for shape, dtype in inputs.specs))
             return self.engine.memo(signature, lambda: default_layer(self.model, inputs))
-        return find_layer(self.model, self.layer)
+        return self.engine.resolve_layers([self.layer])[0]
 
     # --- what variants override -------------------------------------------
     def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
@@ -194,7 +194,7 @@ class CAM(Method):
         if activations.ndim < 3:
             raise ValueError(
                 f"CAM methods need a layer with spatial output (N, h, w, C) or (N, t, C). Received: "
-                f"layer={path_of(self.model, layer)!r} with output shape {activations.shape}. "
+                f"layer={self.engine.path_of(layer)!r} with output shape {activations.shape}. "
                 "Pick a convolutional layer (see `kerascope.layers(model)`)."
             )
         return layer, result, activations
@@ -217,7 +217,7 @@ class CAM(Method):
         cams, result, layer = self.maps(inputs, targets)
         if self.upsample:
             cams = upsample(cams, inputs.arrays[0].shape[1:-1])
-        return self._result(inputs, [cams], result.scores, result.targets, layer=path_of(self.model, layer))
+        return self._result(inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer))
 
 
 @register
@@ -266,5 +266,5 @@ class GuidedGradCAM(CAM):
         )
         attributions = guided.input_grads[0] * cams[..., None]
         return self._result(
-            inputs, [attributions], result.scores, result.targets, layer=path_of(self.model, layer)
+            inputs, [attributions], result.scores, result.targets, layer=self.engine.path_of(layer)
         )

@@ -22,7 +22,6 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.intervene import compile_scorer
-from kerascope.core.layers import path_of
 from kerascope.core.progress import progress_bar
 from kerascope.methods.cam import CAM, upsample
 from kerascope.methods.registry import register
@@ -84,7 +83,7 @@ class PerturbationCAM(CAM):
         if self.upsample:
             cams = upsample(cams, inputs.arrays[0].shape[1:-1])
         return self._result(
-            inputs, [cams], result.scores, result.targets, layer=path_of(self.model, layer),
+            inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer),
             channel_weights=weights.astype(np.float32), variant_scores=variant_scores.astype(np.float32),
         )
 

@@ -26,6 +26,7 @@ from kerascope.methods.base import UnsupportedModelError
 from kerascope.metrics import deletion, energy_pointing_game, insertion, model_randomisation, pointing_game
 from kerascope.metrics._common import to_maps
 from kerascope.metrics.sanity import SanityResult
+from kerascope.viz.plots import save_figure
 
 #: Columns of the benchmark table, with the direction that is better.
 COLUMNS = {
@@ -362,11 +363,9 @@ def plot_curves(result: BenchmarkResult, path: str | Path) -> Path:
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    saved = save_figure(fig, path, dpi=110)
     plt.close(fig)
-    return path
+    return saved
 
 
 def plot_sanity(result: BenchmarkResult, image: np.ndarray | None, path: str | Path, sample: int = 0) -> Path:
@@ -405,11 +404,9 @@ def plot_sanity(result: BenchmarkResult, image: np.ndarray | None, path: str | P
             axes[i, j + 1].set_title(label, fontsize=5)
     fig.suptitle("Cascading randomisation (top layer first): a faithful map should fall apart", fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    saved = save_figure(fig, path, dpi=120)
     plt.close(fig)
-    return path
+    return saved
 
 
 def plot_sanity_curves(result: BenchmarkResult, path: str | Path) -> Path:
@@ -441,8 +438,6 @@ def plot_sanity_curves(result: BenchmarkResult, path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    saved = save_figure(fig, path, dpi=110)
     plt.close(fig)
-    return path
+    return saved

@@ -8,8 +8,9 @@ backend: ``tf.function`` + ``GradientTape`` (TensorFlow),
 ``jax.jit(jax.grad(...))`` over ``stateless_call`` (JAX), eager autograd
 (PyTorch; ``--torch-compile`` also times a ``torch.compile`` baseline).
 Both sides use the same chunk size and numpy noise / path points, warm up
-once (compilation), then alternate; the median seconds and the ratio
-kerascope / baseline are printed as a Markdown table.
+twice (compilation), then alternate round by round; the median seconds,
+the median of the per-round ratios kerascope / baseline and their spread
+are printed as a Markdown table.
 
 Usage:
     python bench/backends.py [--backends tensorflow,jax,torch] [--size 96] [--repeats 5] [--torch-compile]
@@ -133,14 +134,26 @@ def baselines(backend: str, model: Any, layer: str, size: int, torch_compile: bo
     return {"grad": lambda x, t: grad_fn(x, t).detach().numpy(), "cam": lambda x, t: cam_fn(x, t).detach().numpy()}
 
 
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up: compilation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def paired_times(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int) -> dict[str, float]:
+    """Median seconds of both sides and the median of the per-round ratios.
+
+    Two warm-up calls each (compilation), then ``repeats`` rounds that run
+    both, alternating which goes first, so that slow phases of a shared
+    machine hit both sides alike.
+    """
+    for _ in range(2):
+        ours()
+        theirs()
+    times: dict[str, list[float]] = {"ours": [], "base": []}
+    for round_ in range(repeats):
+        order = [("ours", ours), ("base", theirs)]
+        for label, fn in order if round_ % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(times["ours"], times["base"])]
+    return {"kerascope_s": statistics.median(times["ours"]), "baseline_s": statistics.median(times["base"]),
+            "ratio": statistics.median(ratios), "spread": f"{min(ratios):.2f}..{max(ratios):.2f}"}
 
 
 def worker(backend: str, size: int, repeats: int, torch_compile: bool) -> dict[str, Any]:
@@ -171,11 +184,7 @@ def worker(backend: str, size: int, repeats: int, torch_compile: bool) -> dict[s
         "IntegratedGradients(50)": (
             lambda: ks.IntegratedGradients(model, steps=STEPS, batch_size=CHUNK).explain(x, t), base_ig),
     }
-    rows = {}
-    for name, (ours, theirs) in cases.items():
-        ours_s, base_s = median_time(ours, repeats), median_time(theirs, repeats)
-        rows[name] = {"kerascope_s": ours_s, "baseline_s": base_s, "ratio": ours_s / base_s}
-    return rows
+    return {name: paired_times(ours, theirs, repeats) for name, (ours, theirs) in cases.items()}
 
 
 def main() -> None:
@@ -190,17 +199,18 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.size, args.repeats, args.torch_compile)))
         return
     print(f"MobileNetV2(alpha=0.5) {args.size}x{args.size}, batch {BATCH}, chunk {CHUNK}, median of {args.repeats}")
-    print("| backend | method | kerascope (s) | baseline (s) | ratio |\n|---|---|---|---|---|")
+    print("| backend | method | kerascope (s) | baseline (s) | ratio | spread |\n|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         command = [sys.executable, __file__, "--worker", backend, "--size", str(args.size),
                    "--repeats", str(args.repeats)] + (["--torch-compile"] if args.torch_compile else [])
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            print(f"| {backend} | failed | {done.stderr.strip().splitlines()[-1] if done.stderr else ''} | | |")
+            print(f"| {backend} | failed | {done.stderr.strip().splitlines()[-1] if done.stderr else ''} | | | |")
             continue
         for name, row in json.loads(done.stdout.strip().splitlines()[-1]).items():
-            print(f"| {backend} | {name} | {row['kerascope_s']:.3f} | {row['baseline_s']:.3f} | {row['ratio']:.2f} |")
+            print(f"| {backend} | {name} | {row['kerascope_s']:.3f} | {row['baseline_s']:.3f} | {row['ratio']:.2f} "
+                  f"| {row['spread']} |")
 
 
 if __name__ == "__main__":

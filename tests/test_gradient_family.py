@@ -399,3 +399,21 @@ def test_parameter_validation():
         ks.SmoothGrad(model, base="vargrad")
     with pytest.raises(ValueError, match="trapezoid rule needs steps >= 2"):
         ks.IntegratedGradients(model, steps=1, method="riemann_trapezoid")
+
+
+@pytest.mark.parametrize(
+    "shape, size",
+    [((3, 3), (96, 96)), ((7, 5), (224, 160)), ((10, 6), (3, 7)), ((1, 1), (5, 5)), ((7,), (30,))],
+)
+def test_cam_upsampling_equals_bilinear_resize(shape, size):
+    """The separable numpy resize equals keras.ops.image.resize (bilinear, half-pixel, no antialias)."""
+    from kerascope.methods.cam import upsample
+
+    maps = np.random.default_rng(0).normal(size=(3, *shape)).astype("float32")
+    grid = maps if len(shape) == 2 else maps[:, :, None]
+    target = size if len(size) == 2 else (size[0], 1)
+    expected = keras.ops.convert_to_numpy(
+        keras.ops.image.resize(grid[..., None], target, interpolation="bilinear", antialias=False)
+    )[..., 0]
+    expected = expected if len(shape) == 2 else expected[:, :, 0]
+    np.testing.assert_allclose(upsample(maps, size), expected, atol=2e-6)

@@ -181,7 +181,9 @@ class Engine:
             by_path = dict(iter_layers(model))
             return by_path, {id(layer): path for path, layer in by_path.items()}
 
-        return self.memo(("layer_index", len(getattr(model, "layers", []) or [])), build)
+        # `_layers` (tracked sub-layers) is a plain list; the public `layers` property rebuilds one
+        structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])
+        return self.memo(("layer_index", structure), build)
 
     def _select(self, outputs: Any) -> Any:
         if isinstance(outputs, dict):

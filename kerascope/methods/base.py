@@ -9,6 +9,7 @@ import keras
 from kerascope.core.engine import Engine, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.threads import single_threaded_blas
 
 
 class UnsupportedModelError(ValueError):
@@ -89,7 +90,8 @@ class Method:
             [0, 1]
         """
         prepared = Inputs(inputs)
-        return self._explain(prepared, targets)
+        with single_threaded_blas():
+            return self._explain(prepared, targets)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         raise NotImplementedError

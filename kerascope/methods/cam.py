@@ -9,6 +9,7 @@ bilinearly to the input's resolution unless ``upsample=False``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import keras
@@ -59,10 +60,39 @@ def default_layer(model: keras.Layer, inputs: Inputs) -> keras.Layer:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def interpolation_matrix(size_out: int, size_in: int) -> np.ndarray:
+    """``(size_out, size_in)`` weights of 1-D linear resizing with half-pixel centres, edges clamped.
+
+    The same sampling as ``tf.image.resize(..., "bilinear", antialias=False)`` and
+    ``torch.nn.functional.interpolate(..., align_corners=False)``: output pixel ``i``
+    reads the input at ``(i + 0.5) * size_in / size_out - 0.5``.
+
+    Example:
+        >>> interpolation_matrix(4, 2).tolist()
+        [[1.0, 0.0], [0.75, 0.25], [0.25, 0.75], [0.0, 1.0]]
+    """
+    source = (np.arange(size_out, dtype=np.float64) + 0.5) * (size_in / size_out) - 0.5
+    source = np.clip(source, 0.0, size_in - 1)
+    low = np.floor(source).astype(np.int64)
+    high = np.minimum(low + 1, size_in - 1)
+    frac = source - low
+    matrix = np.zeros((size_out, size_in), np.float64)
+    rows = np.arange(size_out)
+    np.add.at(matrix, (rows, low), 1.0 - frac)
+    np.add.at(matrix, (rows, high), frac)
+    matrix = matrix.astype(np.float32)
+    matrix.flags.writeable = False  # cached and shared between calls
+    return matrix
+
+
 def upsample(maps: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
     """Resize ``(N, h, w)`` maps to ``(N, *size)`` bilinearly (half-pixel centres, no antialias).
 
-    1-D maps ``(N, t)`` are resized linearly to ``(N, size[0])``.
+    1-D maps ``(N, t)`` are resized linearly to ``(N, size[0])``. Bilinear
+    resizing is separable, so it is two small matrix products in numpy: the
+    same numbers as ``keras.ops.image.resize`` on every backend, without an
+    eager op per call.
 
     Example:
         >>> import numpy as np
@@ -71,15 +101,14 @@ def upsample(maps: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
     """
     maps = np.asarray(maps, np.float32)
     if maps.ndim == 2:
-        resized = keras.ops.image.resize(maps[:, :, None, None], (size[0], 1), interpolation="bilinear")
-        return np.asarray(keras.ops.convert_to_numpy(resized))[:, :, 0, 0]
+        if maps.shape[1] == size[0]:
+            return maps
+        return maps @ interpolation_matrix(size[0], maps.shape[1]).T
     if tuple(maps.shape[1:]) == tuple(size[:2]):
         return maps
-    resized = keras.ops.image.resize(
-        maps[..., None], tuple(size[:2]), interpolation="bilinear", antialias=False,
-        data_format="channels_last",
-    )
-    return np.asarray(keras.ops.convert_to_numpy(resized))[..., 0]
+    rows = interpolation_matrix(size[0], maps.shape[1])
+    cols = interpolation_matrix(size[1], maps.shape[2])
+    return (rows @ maps) @ cols.T
 
 
 class CAM(Method):

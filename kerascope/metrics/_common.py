@@ -12,6 +12,7 @@ import numpy as np
 from kerascope.core.engine import engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.reduce import REDUCTIONS, reduce_channels
+from kerascope.core.threads import single_threaded_blas
 
 
 @dataclass
@@ -186,10 +187,11 @@ class Scorer:
             [0.0, 2.0, 4.0]
         """
         scores = np.empty((n_total,), np.float32)
-        for start, stop in chunk_bounds(n_total, self.batch_size):
-            flat = np.arange(start, stop)
-            out = self.outputs(make(flat))
-            scores[start:stop] = out[np.arange(len(flat)), classes(flat)]
+        with single_threaded_blas():  # numpy between passes must not leave BLAS threads spinning
+            for start, stop in chunk_bounds(n_total, self.batch_size):
+                flat = np.arange(start, stop)
+                out = self.outputs(make(flat))
+                scores[start:stop] = out[np.arange(len(flat)), classes(flat)]
         return scores
 
 

@@ -137,15 +137,20 @@ def baselines(backend: str, model: Any, layer: str, size: int, torch_compile: bo
 def paired_times(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int) -> dict[str, float]:
     """Median seconds of both sides and the median of the per-round ratios.
 
-    Two warm-up calls each (compilation), then ``repeats`` rounds that run
-    both, alternating which goes first, so that slow phases of a shared
-    machine hit both sides alike.
+    Two warm-up calls each (compilation), then ``repeats`` rounds (more for
+    cases that take tens of milliseconds: ~2 s per side) that run both,
+    alternating which goes first, so that slow phases of a shared machine
+    hit both sides alike.
     """
     for _ in range(2):
         ours()
+        start = time.perf_counter()
         theirs()
+        warm = time.perf_counter() - start
+    # cheap cases (tens of ms) get more rounds: at least ~2 s per side, at most 50 rounds
+    rounds = max(repeats, min(50, int(2.0 / max(warm, 1e-3))))
     times: dict[str, list[float]] = {"ours": [], "base": []}
-    for round_ in range(repeats):
+    for round_ in range(rounds):
         order = [("ours", ours), ("base", theirs)]
         for label, fn in order if round_ % 2 == 0 else order[::-1]:
             start = time.perf_counter()

@@ -10,6 +10,10 @@ version) and what did not (with pip's last error lines) is recorded in
 environment: for each shared method the libraries take turns, the order
 rotating every round, after one warm-up call each; a peer that fails at
 import or at call time is reported with its exception, not skipped silently.
+A "floor" row times the hand-written compiled passes each method needs
+(``bench/suite.py``'s baselines, same chunks), and every library's time is
+also given as a multiple of it: a peer within 1.15x of the floor cannot be
+beaten by much, and then being at the floor is what counts.
 
 All images get the same target class (tf-explain explains one class index
 per call). Parameters are matched: the same number of noise samples, IG
@@ -163,6 +167,38 @@ def tf_explain_calls(model: Any, args: argparse.Namespace, cam: str, score: str)
     }
 
 
+def floor_calls(model: Any, args: argparse.Namespace, cam: str, score: str, shape: tuple[int, ...]) -> dict[str, Callable]:
+    """The floor: hand-written compiled passes that each method needs (``bench/suite.py``'s baselines).
+
+    Same chunks of ``--chunk`` rows as kerascope; fixed input tensors, so it pays nothing for
+    building noisy copies, path points or occluded copies.
+    """
+    import numpy as np
+    from suite import Baselines
+
+    from kerascope.methods.perturbation import window_starts
+
+    n = args.images
+    cam_base = Baselines(model, model.get_layer(cam), False)
+    score_base = Baselines(model, model.get_layer(score), False)
+    channels = int(model.get_layer(score).output.shape[-1])
+    positions = int(np.prod([len(window_starts(side, min(args.window, side), args.window)) for side in shape[:2]]))
+    plans = {
+        "saliency": (cam_base, [("grad", n)]),
+        "smoothgrad": (cam_base, [("forward", n), ("grad", n * args.samples)]),
+        "integrated_gradients": (cam_base, [("forward", 2 * n), ("grad", n * args.steps)]),
+        "gradcam": (cam_base, [("layer_grad", n)]),
+        "gradcam_plusplus": (cam_base, [("layer_grad", n)]),
+        "scorecam": (score_base, [("layer_grad", n), ("forward", n * channels)]),
+        "occlusion": (cam_base, [("forward", n), ("forward", n * positions)]),
+    }
+    calls = {}
+    for method, (base, passes) in plans.items():
+        run = base.plan(passes, args.chunk)
+        calls[method] = lambda x, t, run=run: run()
+    return calls
+
+
 LIBRARIES = {"kerascope": kerascope_calls, "tf-keras-vis": tf_keras_vis_calls, "xplique": xplique_calls,
              "tf-explain": tf_explain_calls}
 
@@ -180,6 +216,8 @@ def worker(args: argparse.Namespace) -> None:
     t = np.zeros(args.images, np.int64)  # one class for all: tf-explain takes a single class index
     calls: dict[str, dict[str, Callable]] = {}
     status: dict[str, str] = {}
+    calls["floor"] = floor_calls(model, args, cam, score, shape)
+    status["floor"] = "hand-written tf.function passes (bench/suite.py Baselines)"
     for library, make in LIBRARIES.items():
         try:
             calls[library] = make(model, args, cam, score)
@@ -193,7 +231,7 @@ def worker(args: argparse.Namespace) -> None:
           f"window={args.window} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
     for library, text in status.items():
         print(f"  {library}: {text}")
-    print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}  note")
+    print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}{'/ floor':>9}  note")
     for method in args.methods:
         runners = {lib: c[method] for lib, c in calls.items() if method in c}
         errors: dict[str, str] = {}
@@ -214,14 +252,15 @@ def worker(args: argparse.Namespace) -> None:
                 runners[lib](x, t)
                 times[lib].append(time.perf_counter() - start)
         medians = {lib: statistics.median(v) for lib, v in times.items()}
-        ours = medians.get("kerascope")
+        ours, floor = medians.get("kerascope"), medians.get("floor")
         for lib, median in medians.items():
-            speedup = "" if lib == "kerascope" or ours is None else f"{median / ours:9.2f}x"
-            print(f"{method:<22}{lib:<14}{median:10.3f}{speedup:>10}")
+            speedup = "" if lib in ("kerascope", "floor") or ours is None else f"{median / ours:9.2f}x"
+            to_floor = "" if floor is None else f"{median / floor:8.2f}x"
+            print(f"{method:<22}{lib:<14}{median:10.3f}{speedup:>10}{to_floor:>9}")
         for lib, text in errors.items():
             print(f"{method:<22}{lib:<14}{'FAILED':>10}            {text}")
         for lib in LIBRARIES:
-            if lib not in calls:
+            if lib not in calls or lib == "floor":
                 continue
             if method not in calls[lib]:
                 print(f"{method:<22}{lib:<14}{'-':>10}            (not offered)")

@@ -24,7 +24,7 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import registry
-from kerascope.methods._folding import Stream, as_list, chunk_ranges, forward_scores, row_targets
+from kerascope.methods._folding import Stream, as_list, chunk_ranges, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 
@@ -49,6 +49,9 @@ def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any]) -> Method:
 class NoiseWrapper(Method):
     """Shared routine of SmoothGrad, SmoothGradSquared and VarGrad.
 
+    Subclasses set ``uses_squares`` when :meth:`_reduce` reads the mean of
+    squared attributions (only then are the squares accumulated).
+
     Args:
         samples: noisy copies per input.
         noise: standard deviation of the Gaussian noise relative to each
@@ -67,6 +70,8 @@ class NoiseWrapper(Method):
     """
 
     reduction = "mean"
+
+    uses_squares: bool = False
 
     def __init__(
         self,
@@ -100,13 +105,16 @@ class NoiseWrapper(Method):
         sizes = [int(np.prod(a.shape[1:])) for a in inputs.arrays]
         offsets = np.cumsum([0, *sizes])
         # One item = the standard-normal noise for every model input, flattened and concatenated.
-        stream = Stream(self.seed, lambda rng, count: rng.standard_normal((count, int(offsets[-1]))))
+        # float32 draws: the noise is added to float32 inputs anyway, and they cost less to make.
+        stream = Stream(
+            self.seed, lambda rng, count: rng.standard_normal((count, int(offsets[-1])), dtype=np.float32)
+        )
         total = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
-        squares = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
+        squares = [np.zeros(a.shape, np.float64) for a in inputs.arrays] if self.uses_squares else None
         # Rows are noise-sample major: row r is noise sample r // n of input r % n.
         for rows in chunk_ranges(n * s, self.batch_size):
             owners, draws = rows % n, rows // n
-            z = stream.take(int(draws[0]), int(draws[-1]) + 1)[draws - draws[0]].astype(np.float32)
+            z = stream.take(int(draws[0]), int(draws[-1]) + 1)[draws - draws[0]]
             noisy = []
             for k, (array, sigma) in enumerate(zip(inputs.arrays, sigmas, strict=True)):
                 if sigma is None:
@@ -117,14 +125,18 @@ class NoiseWrapper(Method):
                 noisy.append(array[owners] + scale * noise)
             chunk = Inputs(inputs.model_arg(noisy))
             explained = self._base._explain(chunk, row_targets(targets, resolved, owners))
+            ones = np.ones(len(rows))
             for k, attribution in enumerate(as_list(explained.attributions)):
-                values = np.asarray(attribution, np.float64)
-                np.add.at(total[k], owners, values)
-                np.add.at(squares[k], owners, values**2)
-        attributions = [self._reduce(t / s, q / s).astype(np.float32) for t, q in zip(total, squares, strict=True)]
+                reduce_rows(total[k], owners, ones, attribution)
+                if squares is not None:
+                    reduce_rows(squares[k], owners, ones, np.square(attribution, dtype=np.float64))
+        attributions = [
+            self._reduce(t / s, None if squares is None else squares[k] / s).astype(np.float32)
+            for k, t in enumerate(total)
+        ]
         return self._result(inputs, attributions, scores, resolved)
 
-    def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray) -> np.ndarray:
+    def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return mean
 
 
@@ -163,8 +175,9 @@ class SmoothGradSquared(NoiseWrapper):
     name = "smoothgrad_squared"
     description = "Mean of squared attributions over noisy copies of the input (Hooker et al. 2019)."
     aliases = ("smoothgrad2", "smoothgradsq")
+    uses_squares = True
 
-    def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray) -> np.ndarray:
+    def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return mean_of_squares
 
 
@@ -186,5 +199,7 @@ class VarGrad(NoiseWrapper):
     description = "Variance of attributions over noisy copies of the input (Adebayo et al. 2018)."
     aliases = ("var_grad",)
 
-    def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray) -> np.ndarray:
+    uses_squares = True
+
+    def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return np.maximum(mean_of_squares - mean**2, 0.0)

@@ -44,16 +44,15 @@ class WorkerConfig:
 
 def _resize_maps(maps: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
     """Bilinear resize of ``(N, h, w)`` or ``(N, h, w, C)`` maps to ``size`` (no-op when equal or None)."""
+    from kerascope.core.resize import upsample
+
     if size is None or tuple(maps.shape[1:3]) == tuple(size):
         return maps
-    import keras
-
-    squeeze = maps.ndim == 3
-    x = maps[..., None] if squeeze else maps
-    out = keras.ops.image.resize(x.astype(np.float32), tuple(size), interpolation="bilinear", antialias=False,
-                                 data_format="channels_last")
-    out = np.asarray(keras.ops.convert_to_numpy(out))
-    return out[..., 0] if squeeze else out
+    if maps.ndim == 3:
+        return upsample(maps, tuple(size))
+    n, h, w, c = maps.shape
+    planes = np.moveaxis(maps, -1, 1).reshape(n * c, h, w)
+    return np.moveaxis(upsample(planes, tuple(size)).reshape(n, c, *size), 1, -1)
 
 
 def _overlay_name(index: int, item_id: str) -> str:

@@ -9,7 +9,6 @@ bilinearly to the input's resolution unless ``upsample=False``.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import keras
@@ -19,6 +18,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import find_layer, iter_layers
 from kerascope.core.probe import probe
+from kerascope.core.resize import upsample
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 
@@ -58,57 +58,6 @@ def default_layer(model: keras.Layer, inputs: Inputs) -> keras.Layer:
         "Received: layer=None. Pass `layer=` with the path of a convolutional layer "
         "(see `kerascope.layers(model)`)."
     )
-
-
-@functools.lru_cache(maxsize=64)
-def interpolation_matrix(size_out: int, size_in: int) -> np.ndarray:
-    """``(size_out, size_in)`` weights of 1-D linear resizing with half-pixel centres, edges clamped.
-
-    The same sampling as ``tf.image.resize(..., "bilinear", antialias=False)`` and
-    ``torch.nn.functional.interpolate(..., align_corners=False)``: output pixel ``i``
-    reads the input at ``(i + 0.5) * size_in / size_out - 0.5``.
-
-    Example:
-        >>> interpolation_matrix(4, 2).tolist()
-        [[1.0, 0.0], [0.75, 0.25], [0.25, 0.75], [0.0, 1.0]]
-    """
-    source = (np.arange(size_out, dtype=np.float64) + 0.5) * (size_in / size_out) - 0.5
-    source = np.clip(source, 0.0, size_in - 1)
-    low = np.floor(source).astype(np.int64)
-    high = np.minimum(low + 1, size_in - 1)
-    frac = source - low
-    matrix = np.zeros((size_out, size_in), np.float64)
-    rows = np.arange(size_out)
-    np.add.at(matrix, (rows, low), 1.0 - frac)
-    np.add.at(matrix, (rows, high), frac)
-    matrix = matrix.astype(np.float32)
-    matrix.flags.writeable = False  # cached and shared between calls
-    return matrix
-
-
-def upsample(maps: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
-    """Resize ``(N, h, w)`` maps to ``(N, *size)`` bilinearly (half-pixel centres, no antialias).
-
-    1-D maps ``(N, t)`` are resized linearly to ``(N, size[0])``. Bilinear
-    resizing is separable, so it is two small matrix products in numpy: the
-    same numbers as ``keras.ops.image.resize`` on every backend, without an
-    eager op per call.
-
-    Example:
-        >>> import numpy as np
-        >>> upsample(np.ones((2, 3, 3)), (6, 6)).shape
-        (2, 6, 6)
-    """
-    maps = np.asarray(maps, np.float32)
-    if maps.ndim == 2:
-        if maps.shape[1] == size[0]:
-            return maps
-        return maps @ interpolation_matrix(size[0], maps.shape[1]).T
-    if tuple(maps.shape[1:]) == tuple(size[:2]):
-        return maps
-    rows = interpolation_matrix(size[0], maps.shape[1])
-    cols = interpolation_matrix(size[1], maps.shape[2])
-    return (rows @ maps) @ cols.T
 
 
 class CAM(Method):

@@ -23,7 +23,8 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.intervene import compile_scorer
 from kerascope.core.progress import progress_bar
-from kerascope.methods.cam import CAM, upsample
+from kerascope.core.resize import upsample
+from kerascope.methods.cam import CAM
 from kerascope.methods.registry import register
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.resize import interpolation_matrix
 from kerascope.methods._folding import Stream, chunk_ranges, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
@@ -197,30 +198,12 @@ def rise_masks(
     grids = packed[:, : cells[0] * cells[1]].reshape(count, cells[0], cells[1])
     shifts = packed[:, cells[0] * cells[1]:].astype(np.int64)
     up = ((cells[0] + 1) * step[0], (cells[1] + 1) * step[1])
-    big = np.einsum("hi,nij,wj->nhw", _bilinear_matrix(cells[0], up[0]), grids, _bilinear_matrix(cells[1], up[1]))
-    rows = shifts[:, 0, None] + np.arange(size[0])[None, :]
-    cols = shifts[:, 1, None] + np.arange(size[1])[None, :]
-    cropped = big[np.arange(count)[:, None, None], rows[:, :, None], cols[:, None, :]]
+    # Only the cropped window of each upsampled grid is needed: take the rows of the interpolation
+    # matrices that the crop keeps, then two batched matrix products (no full-size map, no gather).
+    rows = interpolation_matrix(up[0], cells[0])[shifts[:, 0, None] + np.arange(size[0])[None, :]]
+    cols = interpolation_matrix(up[1], cells[1])[shifts[:, 1, None] + np.arange(size[1])[None, :]]
+    cropped = rows @ grids @ np.swapaxes(cols, 1, 2)
     return np.clip(cropped, 0.0, 1.0).astype(np.float32)
-
-
-def _bilinear_matrix(source: int, target: int) -> np.ndarray:
-    """``(target, source)`` matrix of 1-D bilinear resizing with half-pixel centres (edges clamped).
-
-    Numpy only, so masks are identical on every backend.
-
-    Example:
-        >>> _bilinear_matrix(2, 4).tolist()
-        [[1.0, 0.0], [0.75, 0.25], [0.25, 0.75], [0.0, 1.0]]
-    """
-    position = np.clip((np.arange(target) + 0.5) * source / target - 0.5, 0, source - 1)
-    low = np.floor(position).astype(np.int64)
-    high = np.minimum(low + 1, source - 1)
-    frac = position - low
-    matrix = np.zeros((target, source))
-    np.add.at(matrix, (np.arange(target), low), 1 - frac)
-    np.add.at(matrix, (np.arange(target), high), frac)
-    return matrix
 
 
 def rise_stream(cells: tuple[int, int], size: tuple[int, int], p: float, seed: int | None) -> Stream:

@@ -89,7 +89,7 @@ def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str 
             f"Received: attributions with shape {a.shape}."
         )
     if size is not None and tuple(a.shape[1:]) != tuple(size):
-        from kerascope.methods.cam import upsample
+        from kerascope.core.resize import upsample
 
         a = upsample(a, tuple(size))
     return a.astype(np.float32)

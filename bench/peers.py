@@ -186,7 +186,8 @@ def floor_calls(model: Any, args: argparse.Namespace, cam: str, score: str, shap
     plans = {
         "saliency": (cam_base, [("grad", n)]),
         "smoothgrad": (cam_base, [("forward", n), ("grad", n * args.samples)]),
-        "integrated_gradients": (cam_base, [("forward", 2 * n), ("grad", n * args.steps)]),
+        # riemann_trapezoid with explicit targets: f(x), f(baseline) come from the end-point rows
+        "integrated_gradients": (cam_base, [("grad", n * args.steps)]),
         "gradcam": (cam_base, [("layer_grad", n)]),
         "gradcam_plusplus": (cam_base, [("layer_grad", n)]),
         "scorecam": (score_base, [("layer_grad", n), ("forward", n * channels)]),

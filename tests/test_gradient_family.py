@@ -153,6 +153,29 @@ def test_ig_baselines_on_linear_model():
         ks.IntegratedGradients(model, baseline="blur").explain(x, 0)
 
 
+@pytest.mark.parametrize("rule", ["riemann_trapezoid", "riemann_left", "riemann_right", "gausslegendre"])
+@pytest.mark.parametrize("explicit", [True, False])
+def test_ig_scores_from_path_end_points_equal_forward_scores(images, rule, explicit):
+    """f(x) and f(baseline) read from the alpha = 1 / alpha = 0 path rows equal the model's logits."""
+    model = cnn(final_softmax=True, seed=3)
+    keras_logits = keras.ops.convert_to_numpy(keras.ops.matmul(
+        keras.Model(model.inputs, model.get_layer("fc").output)(images), model.get_layer("out").kernel
+    ) + model.get_layer("out").bias)
+    targets = [2, 0, 1] if explicit else None
+    e = ks.IntegratedGradients(model, steps=6, method=rule, baseline=0.25, batch_size=4).explain(images, targets)
+    chosen = np.asarray(e.targets)
+    expected = keras_logits[np.arange(3), chosen] if explicit else keras_logits.max(axis=1)
+    np.testing.assert_allclose(e.scores, expected, rtol=1e-5, atol=1e-5)
+    base = np.full_like(images, 0.25)
+    base_logits = keras.ops.convert_to_numpy(keras.ops.matmul(
+        keras.Model(model.inputs, model.get_layer("fc").output)(base), model.get_layer("out").kernel
+    ) + model.get_layer("out").bias)
+    np.testing.assert_allclose(e.extras["baseline_scores"], base_logits[np.arange(3), chosen], rtol=1e-5, atol=1e-5)
+    total = e.attributions.reshape(3, -1).sum(axis=1)
+    np.testing.assert_allclose(e.extras["completeness_error"], total - (e.scores - e.extras["baseline_scores"]),
+                               atol=1e-4)
+
+
 def test_blur_baseline_matches_scipy():
     ndimage = pytest.importorskip("scipy.ndimage")
     x = RNG.normal(size=(2, 10, 9, 2)).astype(np.float32)

@@ -15,6 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.core import targets as targets_lib
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
@@ -148,10 +149,12 @@ class PathMethod(Method):
     """Shared routine: accumulate ``w * (x - b) * grad f(b + alpha (x - b))`` over folded rows."""
 
     def _integrate(
-        self, inputs: Inputs, targets: Any, resolved: np.ndarray, count: int, path_rows: Callable
+        self, inputs: Inputs, targets: Any, resolved: np.ndarray, count: int, path_rows: Callable,
+        row_scores: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         """Rows are input-major (row r: point r % count of input r // count); ``path_rows(rows)``
-        returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows."""
+        returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows. The target
+        score of every row is written to ``row_scores`` (``(n, count)``) when given."""
         n = inputs.batch_size
         totals = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
         for rows in chunk_ranges(n * count, self.batch_size):
@@ -169,6 +172,8 @@ class PathMethod(Method):
             )
             for total, grad, delta in zip(totals, result.input_grads, deltas, strict=True):
                 reduce_rows(total, owners, weights, grad * delta)
+            if row_scores is not None:
+                row_scores.reshape(-1)[rows] = result.scores
         return [t.astype(np.float32) for t in totals]
 
 
@@ -192,7 +197,11 @@ class IntegratedGradients(PathMethod):
     ``Explanation.extras`` holds ``completeness_error`` (per sample,
     ``sum(attributions) - (f(x) - f(baseline))``, summed over all model
     inputs) and ``baseline_scores``. Cost: ``steps`` forward+backward passes
-    per input plus two forward passes (at the input and at the baseline).
+    per input plus a forward pass at the input and one at the baseline, each
+    skipped when the quadrature already evaluates that end of the path
+    (``riemann_trapezoid`` both, ``riemann_left`` / ``riemann_right`` one;
+    the input's pass is still needed to find the predicted class when
+    ``targets`` is None).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -227,17 +236,32 @@ class IntegratedGradients(PathMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         alphas, weights = quadrature(self.steps, self.method)
         baselines = resolve_baselines(self.baseline, inputs, self.blur_sigma)
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-        base_targets = targets if callable(targets) else resolved
-        base_scores, _ = forward_scores(
-            self.engine, Inputs(inputs.model_arg(baselines)), base_targets, self.batch_size
-        )
+        n = inputs.batch_size
+        # Path points at alpha = 1 (the input) and alpha = 0 (the baseline) already give f(x) and
+        # f(baseline) in the gradient pass: no forward pass is spent on them (riemann_trapezoid has
+        # both, riemann_left / right one). The predicted class (targets=None) needs f(x) first.
+        at_input = np.flatnonzero(alphas == 1.0)
+        at_baseline = np.flatnonzero(alphas == 0.0)
+        if targets is None or not len(at_input):
+            scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        else:
+            scores, resolved = None, targets_lib.encode(targets, n)[0].astype(np.int64)
+        row_scores = np.zeros((n, self.steps), np.float32)
 
         def path_rows(rows: np.ndarray) -> Any:
             owners, steps = rows // self.steps, rows % self.steps
             return owners, weights[steps], [b[owners] for b in baselines], alphas[steps]
 
-        attributions = self._integrate(inputs, targets, resolved, self.steps, path_rows)
+        attributions = self._integrate(inputs, targets, resolved, self.steps, path_rows, row_scores)
+        if scores is None:
+            scores = row_scores[:, at_input[0]]
+        if len(at_baseline):
+            base_scores = row_scores[:, at_baseline[0]]
+        else:
+            base_targets = targets if callable(targets) else resolved
+            base_scores, _ = forward_scores(
+                self.engine, Inputs(inputs.model_arg(baselines)), base_targets, self.batch_size
+            )
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         return self._result(

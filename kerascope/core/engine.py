@@ -426,6 +426,8 @@ class Engine:
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:
     def cat(values: list[Any]) -> Any:
+        if len(values) == 1:  # one chunk: nothing to join; copy only read-only arrays (JAX's)
+            return keras.tree.map_structure(lambda x: x if x.flags.writeable else np.array(x), values[0])
         return keras.tree.map_structure(lambda *xs: np.concatenate(xs, axis=0), *values)
 
     first = parts[0]

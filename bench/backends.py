@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from timing import rotating_times  # bench/timing.py
 
 BATCH, SAMPLES, STEPS, NOISE, CHUNK = 8, 50, 50, 0.15, 64
 
@@ -149,13 +150,7 @@ def paired_times(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: in
         warm = time.perf_counter() - start
     # cheap cases (tens of ms) get more rounds: at least ~2 s per side, at most 50 rounds
     rounds = max(repeats, min(50, int(2.0 / max(warm, 1e-3))))
-    times: dict[str, list[float]] = {"ours": [], "base": []}
-    for round_ in range(rounds):
-        order = [("ours", ours), ("base", theirs)]
-        for label, fn in order if round_ % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
+    times = rotating_times({"ours": ours, "base": theirs}, rounds)
     ratios = [a / b for a, b in zip(times["ours"], times["base"])]
     return {"kerascope_s": statistics.median(times["ours"]), "baseline_s": statistics.median(times["base"]),
             "ratio": statistics.median(ratios), "spread": f"{min(ratios):.2f}..{max(ratios):.2f}"}

@@ -33,7 +33,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -209,6 +208,7 @@ def worker(args: argparse.Namespace) -> None:
     import keras
     import numpy as np
     import tensorflow as tf
+    from timing import rotating_times  # bench/timing.py
 
     model, cam, score = build_model(args.model)
     shape = tuple(model.inputs[0].shape[1:])
@@ -244,14 +244,7 @@ def worker(args: argparse.Namespace) -> None:
                 if args.verbose:
                     traceback.print_exc()
                 runners.pop(lib)
-        times: dict[str, list[float]] = {lib: [] for lib in runners}
-        order = list(runners)
-        for round_ in range(args.repeats):
-            shift = round_ % max(1, len(order))
-            for lib in order[shift:] + order[:shift]:
-                start = time.perf_counter()
-                runners[lib](x, t)
-                times[lib].append(time.perf_counter() - start)
+        times = rotating_times({lib: (lambda fn=fn: fn(x, t)) for lib, fn in runners.items()}, args.repeats)
         medians = {lib: statistics.median(v) for lib, v in times.items()}
         ours, floor = medians.get("kerascope"), medians.get("floor")
         for lib, median in medians.items():

@@ -38,7 +38,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +47,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from timing import rotating_times  # noqa: E402  (bench/timing.py)
 
 import kerascope as ks  # noqa: E402
 from kerascope.core.inputs import Inputs  # noqa: E402
@@ -236,13 +236,7 @@ def run_case(case: Case, baselines: Baselines, x: np.ndarray, targets: np.ndarra
     before = reset_peak()
     ours()
     peak = peak_kib()
-    times: dict[str, list[float]] = {"ours": [], "base": []}
-    for round_ in range(args.repeats):
-        order = [("ours", ours), ("base", floor)]
-        for label, fn in order if round_ % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
+    times = rotating_times({"ours": ours, "base": floor}, args.repeats)
     ratios = [a / b for a, b in zip(times["ours"], times["base"])]
     ours_med, base_med = statistics.median(times["ours"]), statistics.median(times["base"])
     return {

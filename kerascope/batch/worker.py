@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kerascope.batch.sources import Source
+from kerascope.core.resize import upsample
 
 
 @dataclass
@@ -44,8 +45,6 @@ class WorkerConfig:
 
 def _resize_maps(maps: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
     """Bilinear resize of ``(N, h, w)`` or ``(N, h, w, C)`` maps to ``size`` (no-op when equal or None)."""
-    from kerascope.core.resize import upsample
-
     if size is None or tuple(maps.shape[1:3]) == tuple(size):
         return maps
     if maps.ndim == 3:

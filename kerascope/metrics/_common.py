@@ -12,6 +12,7 @@ import numpy as np
 from kerascope.core.engine import engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.reduce import REDUCTIONS, reduce_channels
+from kerascope.core.resize import upsample
 from kerascope.core.threads import single_threaded_blas
 
 
@@ -89,8 +90,6 @@ def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str 
             f"Received: attributions with shape {a.shape}."
         )
     if size is not None and tuple(a.shape[1:]) != tuple(size):
-        from kerascope.core.resize import upsample
-
         a = upsample(a, tuple(size))
     return a.astype(np.float32)
 

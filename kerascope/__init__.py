@@ -1,5 +1,9 @@
 """kerascope: explain the predictions of Keras 3 models.
 
+Public names are imported on first use (PEP 562), so ``import kerascope`` and
+the command line's ``--help``, ``methods`` and ``report`` never load Keras or
+its backend; ``ks.GradCAM`` and friends load it the first time they are touched.
+
 Example:
     >>> import keras, numpy as np, kerascope as ks
     >>> m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, name="conv"),
@@ -8,90 +12,71 @@ Example:
     (1, 8, 8)
 """
 
-from kerascope import batch, callbacks, evaluation, methods, metrics
-from kerascope.api import explain
-from kerascope.core.engine import Engine
-from kerascope.core.explanation import Explanation
-from kerascope.core.layers import find_layer, layers
-from kerascope.core.primitives import (
-    LayerGradient,
-    input_gradients,
-    layer_gradients,
-    layers_gradients,
-    weight_gradients,
-)
-from kerascope.io.models import load_model
-from kerascope.methods import (
-    CAM,
-    RISE,
-    AblationCAM,
-    Deconvnet,
-    DeepLIFT,
-    EigenCAM,
-    ExpectedGradients,
-    GradCAM,
-    GradCAMPlusPlus,
-    GradientSHAP,
-    GradientXInput,
-    GuidedBackprop,
-    GuidedGradCAM,
-    HiResCAM,
-    IntegratedGradients,
-    LayerCAM,
-    Method,
-    Occlusion,
-    Saliency,
-    ScoreCAM,
-    SmoothGrad,
-    SmoothGradSquared,
-    VarGrad,
-    XGradCAM,
-)
-from kerascope.report.rebuild import rebuild_report
-from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from kerascope.catalog import METHODS as _METHODS
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AblationCAM",
-    "CAM",
-    "Deconvnet",
-    "DeepLIFT",
-    "EigenCAM",
-    "Engine",
-    "ExpectedGradients",
-    "Explanation",
-    "GradCAM",
-    "GradCAMPlusPlus",
-    "GradientSHAP",
-    "GradientXInput",
-    "GuidedBackprop",
-    "GuidedGradCAM",
-    "HiResCAM",
-    "IntegratedGradients",
-    "LayerCAM",
-    "LayerGradient",
-    "Method",
-    "Occlusion",
-    "RISE",
-    "Saliency",
-    "ScoreCAM",
-    "SmoothGrad",
-    "SmoothGradSquared",
-    "VarGrad",
-    "XGradCAM",
-    "__version__",
-    "batch",
-    "evaluation",
-    "explain",
-    "find_layer",
-    "input_gradients",
-    "layer_gradients",
-    "layers",
-    "layers_gradients",
-    "load_model",
-    "methods",
-    "metrics",
-    "weight_gradients",
-]
-__all__ += ["callbacks", "plot_grid", "plot_sequence", "plot_tabular", "rebuild_report"]
+# public name -> module that defines it (method classes come from the catalogue)
+_LAZY: dict[str, str] = {
+    "CAM": "kerascope.methods.cam",
+    "Method": "kerascope.methods.base",
+    "GradientSHAP": "kerascope.methods.integrated",
+    "Engine": "kerascope.core.engine",
+    "Explanation": "kerascope.core.explanation",
+    "LayerGradient": "kerascope.core.primitives",
+    "input_gradients": "kerascope.core.primitives",
+    "layer_gradients": "kerascope.core.primitives",
+    "layers_gradients": "kerascope.core.primitives",
+    "weight_gradients": "kerascope.core.primitives",
+    "find_layer": "kerascope.core.layers",
+    "layers": "kerascope.core.layers",
+    "explain": "kerascope.api",
+    "load_model": "kerascope.io.models",
+    "rebuild_report": "kerascope.report.rebuild",
+    "plot_grid": "kerascope.viz.plots",
+    "plot_sequence": "kerascope.viz.plots",
+    "plot_tabular": "kerascope.viz.plots",
+    **{entry.class_name: entry.module for entry in _METHODS},
+}
+_SUBMODULES = ("batch", "callbacks", "evaluation", "methods", "metrics")
+
+__all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"kerascope.{name}")
+    elif name in _LAZY:
+        module = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'kerascope' has no attribute {name!r}")
+    globals()[name] = module  # later look-ups skip this function
+    return module
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from kerascope import batch, callbacks, evaluation, methods, metrics  # noqa: F401
+    from kerascope.api import explain  # noqa: F401
+    from kerascope.core.engine import Engine  # noqa: F401
+    from kerascope.core.explanation import Explanation  # noqa: F401
+    from kerascope.core.layers import find_layer, layers  # noqa: F401
+    from kerascope.core.primitives import (  # noqa: F401
+        LayerGradient,
+        input_gradients,
+        layer_gradients,
+        layers_gradients,
+        weight_gradients,
+    )
+    from kerascope.io.models import load_model  # noqa: F401
+    from kerascope.methods import *  # noqa: F401,F403
+    from kerascope.report.rebuild import rebuild_report  # noqa: F401
+    from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular  # noqa: F401

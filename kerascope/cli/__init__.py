@@ -11,6 +11,31 @@ import sys
 from collections.abc import Sequence
 
 from kerascope.cli import batch, demo, evaluate, explain, layers, methods, report
+from kerascope.cli.quiet import quiet_backends
+
+_BACKEND_MODULES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+
+
+def missing_backend_message(error: ModuleNotFoundError) -> str | None:
+    """A message naming the extra to install when ``error`` is the configured Keras backend missing.
+
+    Example:
+        >>> print(missing_backend_message(ModuleNotFoundError("No module named 'jax'", name="jax")))
+        ... # doctest: +ELLIPSIS
+        the Keras backend 'jax' is not installed (KERAS_BACKEND=...). Install it with ...
+    """
+    import os
+
+    backend = (error.name or "").split(".")[0]
+    if backend not in _BACKEND_MODULES:
+        return None
+    configured = os.environ.get("KERAS_BACKEND", "tensorflow (the default)")
+    other = "jax" if backend == "tensorflow" else "tensorflow"
+    return (
+        f"the Keras backend {backend!r} is not installed (KERAS_BACKEND={configured}). Install it with "
+        f"`pip install -e \".[{backend}]\"` from a kerascope checkout (or `pip install \"kerascope[{backend}]\"`), "
+        f"or choose an installed backend, e.g. `export KERAS_BACKEND={other}` (see docs/backends.md)."
+    )
 
 COMMANDS = [explain, layers, methods, demo, report, batch, evaluate]
 
@@ -29,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     from kerascope import __version__
 
     parser.add_argument("--version", action="version", version=f"kerascope {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the deep-learning backend's own start-up logs and warnings")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
@@ -44,7 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        with quiet_backends(verbose=args.verbose):
+            return int(args.run(args) or 0)
+    except ModuleNotFoundError as error:
+        message = missing_backend_message(error)
+        if message is None:
+            raise
+        print(f"kerascope {args.command}: error: {message}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, TypeError) as error:
         print(f"kerascope {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -6,17 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from kerascope.cli.common import add_image_flags, add_model_flags, add_output_flags, emit
-
-
-def _param(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE. Received: {text!r}.")
-    key, value = text.split("=", 1)
-    try:
-        return key.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return key.strip(), value
+from kerascope.cli.common import (
+    add_image_flags,
+    add_method_flag,
+    add_model_flags,
+    add_output_flags,
+    add_param_flag,
+    add_target_flag,
+    emit,
+    examples,
+    parse_params,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,14 +34,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Explain every input of INPUT (a folder of images searched recursively, a list file, "
         "a .npy or .parquet file). Writes OUT/shards/part-*.parquet (one row per input), OUT/errors.parquet, "
         "OUT/manifest.json and with --overlays OUT/overlays/*.png. Run the same command again to resume.",
+        **examples("kerascope batch model.keras photos/ --method gradcam --targets labels.csv --out runs/a",
+                   "kerascope batch model.keras images.npy --method smoothgrad --param samples=16 --out runs/b "
+                   "--engine ray"),
     )
     add_model_flags(p)
     p.add_argument("input", metavar="INPUT", help="folder, list file (.txt/.lst), .npy or .parquet")
-    p.add_argument("--method", default="gradcam", help="method name (default gradcam); see `kerascope methods`")
+    add_method_flag(p, "gradcam; one method per run")
     p.add_argument("--layer", help="layer path for CAM methods")
-    p.add_argument("--param", action="append", type=_param, default=[], metavar="KEY=VALUE",
-                   help="method hyper-parameter (repeatable), e.g. --param samples=16")
-    p.add_argument("--targets", help="CSV of 'id,class' rows, or one class index for all (default: predicted class)")
+    add_param_flag(p)
+    add_target_flag(p, str, "; or a CSV file of 'id,class' rows")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--engine", choices=["local", "ray"], default="local")
     p.add_argument("--batch-size", type=int, default=32)
@@ -67,16 +69,22 @@ def run(args: argparse.Namespace) -> int:
     """
     from kerascope.batch import run as batch_run
 
-    targets: Any = args.targets
+    methods = args.method or ["gradcam"]
+    if len(methods) != 1:
+        raise ValueError(f"`batch` runs one method per run. Received: --method {','.join(methods)}. "
+                         "Run the command once per method, each with its own --out folder.")
+    # JSON round trip: parameters are compared with the saved manifest's (JSON) copy on resume
+    params = json.loads(json.dumps(parse_params(args.param)))
+    targets: Any = args.target
     if targets is not None and targets.lstrip("-").isdigit():
         targets = int(targets)
     summary = batch_run(
         args.model, args.input, args.out,
-        method=args.method, layer=args.layer, targets=targets, engine=args.engine,
+        method=methods[0], layer=args.layer, targets=targets, engine=args.engine,
         batch_size=args.batch_size, workers=args.workers, address=args.address, overlays=args.overlays,
         map_size=tuple(args.map_size) if args.map_size else None, map_dtype=args.map_dtype,
         shard_size=args.shard_size, size=tuple(args.size) if args.size else None, preprocess=args.preprocess,
-        method_params=dict(args.param), safe_mode=not args.unsafe, overwrite=args.overwrite,
+        method_params=params, safe_mode=not args.unsafe, overwrite=args.overwrite,
         progress=not (args.quiet or args.json),
     )
     emit(args, summary.as_dict(), summary.text())

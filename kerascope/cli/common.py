@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from kerascope.io.images import PREPROCESS
@@ -88,3 +89,88 @@ def stderr(message: str) -> None:
         >>> stderr("note")  # doctest: +SKIP
     """
     print(message, file=sys.stderr)
+
+
+class _NamesAction(argparse.Action):
+    """Collects names from repeated flags, each value possibly comma-separated (``a,b c``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        names = list(getattr(namespace, self.dest, None) or [])
+        for value in [values] if isinstance(values, str) else values:
+            names.extend(part.strip() for part in str(value).split(",") if part.strip())
+        setattr(namespace, self.dest, names)
+
+
+def add_method_flag(parser: argparse.ArgumentParser, help_default: str) -> None:
+    """``--method`` / ``--methods``: repeatable, space- or comma-separated method names (dest ``method``).
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_method_flag(p, "gradcam")
+        >>> p.parse_args(["--method", "gradcam,saliency", "--methods", "rise", "occlusion"]).method
+        ['gradcam', 'saliency', 'rise', 'occlusion']
+    """
+    parser.add_argument(
+        "--method", "--methods", dest="method", nargs="+", action=_NamesAction, metavar="NAME",
+        help=f"method names, repeatable or comma-separated (default: {help_default}); see `kerascope methods`",
+    )
+
+
+def add_target_flag(parser: argparse.ArgumentParser, kind: type = int, extra: str = "") -> None:
+    """``--target`` / ``--targets`` (dest ``target``): the class to explain; default the predicted class.
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_target_flag(p)
+        >>> p.parse_args(["--targets", "3"]).target
+        3
+    """
+    parser.add_argument("--target", "--targets", dest="target", type=kind, metavar="CLASS",
+                        help="class index to explain (default: the predicted class)" + extra)
+
+
+def add_param_flag(parser: argparse.ArgumentParser) -> None:
+    """``--param KEY=VALUE`` (repeatable): a method hyper-parameter, JSON-parsed when it parses.
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_param_flag(p)
+        >>> p.parse_args(["--param", "samples=8"]).param
+        ['samples=8']
+    """
+    parser.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="method parameter (repeatable), e.g. --param samples=20 --param window=[8,8]; values are JSON "
+             "when they parse (numbers, lists, true/false), else strings; given to every chosen method that "
+             "accepts it",
+    )
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """Parse ``KEY=VALUE`` pairs; values are JSON when they parse (numbers, lists), else strings.
+
+    Example:
+        >>> parse_params(["samples=20", "baseline=blur", "window=[8, 8]"])
+        {'samples': 20, 'baseline': 'blur', 'window': (8, 8)}
+    """
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param expects KEY=VALUE. Received: --param {item!r}.")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        params[name.strip()] = tuple(value) if isinstance(value, list) else value
+    return params
+
+
+def examples(*lines: str) -> dict[str, Any]:
+    """Keyword arguments for ``add_parser`` that show example command lines at the end of ``--help``.
+
+    Example:
+        >>> examples("kerascope methods")["epilog"]
+        'example:\\n  kerascope methods'
+    """
+    label = "example:" if len(lines) == 1 else "examples:"
+    return {"epilog": label + "\n" + "\n".join(f"  {line}" for line in lines),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}

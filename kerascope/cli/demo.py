@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_output_flags, emit
+from kerascope.cli.common import add_method_flag, add_output_flags, emit, examples
 
 DEMO_METHODS = ("gradcam", "guided_gradcam", "saliency", "gradient_x_input", "guided_backprop")
 
@@ -17,9 +17,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         >>> build_parser().parse_args(["demo", "--out", "d"]).out
         'd'
     """
-    p = sub.add_parser("demo", help="explain the bundled images with the bundled model; writes an HTML report")
+    p = sub.add_parser(
+        "demo", help="explain the bundled images with the bundled model; writes an HTML report",
+        **examples("kerascope demo --out demo_out --method gradcam,saliency"),
+    )
     p.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
-    p.add_argument("--method", action="append", help=f"methods (default: {', '.join(DEMO_METHODS)})")
+    add_method_flag(p, ", ".join(DEMO_METHODS))
     add_output_flags(p)
     p.set_defaults(run=run)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kerascope.cli.common import add_output_flags, emit, stderr
+from kerascope.cli.common import add_method_flag, add_output_flags, emit, examples, stderr
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,14 +24,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     Example:
         >>> from kerascope.cli import build_parser
-        >>> build_parser().parse_args(["evaluate", "--methods", "gradcam", "saliency"]).methods
+        >>> build_parser().parse_args(["evaluate", "--methods", "gradcam", "saliency"]).method
         ['gradcam', 'saliency']
     """
-    p = sub.add_parser("evaluate", help="benchmark methods: pointing game, deletion/insertion AUC, sanity checks")
+    p = sub.add_parser(
+        "evaluate", help="benchmark methods: pointing game, deletion/insertion AUC, sanity checks",
+        description="Score explanation methods on images with ground-truth masks: pointing game, "
+        "deletion/insertion AUC and cascading-randomisation sanity checks. DATA is an .npz with arrays "
+        "images (N, H, W, C) float, masks (N, H, W) bool and optionally labels (N,) int; without DATA, "
+        "generated shape images are used (see docs/evaluation.md).",
+        **examples("kerascope evaluate", "kerascope evaluate model.keras data.npz --methods gradcam,saliency "
+                   "--out eval/"),
+    )
     p.add_argument("model", nargs="?", metavar="MODEL_FILE", help="a .keras/.h5 model (default: the bundled demo model)")
     p.add_argument("data", nargs="?", metavar="DATA",
                    help=".npz with images, masks[, labels] (default: generated shapes images)")
-    p.add_argument("--methods", nargs="+", help="method names (default: every registered method)")
+    add_method_flag(p, "every registered method")
     p.add_argument("--out", default="kerascope-evaluate", help="output folder (default: kerascope-evaluate)")
     p.add_argument("--n", type=int, default=32, help="generated images when DATA is not given (default: 32)")
     p.add_argument("--steps", type=int, default=16, help="deletion/insertion steps (default: 16)")
@@ -80,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     chatty = not (args.quiet or args.json)
     start = time.perf_counter()
     result = benchmark(
-        model, images, masks, labels, args.methods,
+        model, images, masks, labels, args.method,
         n=args.n, seed=args.seed, steps=args.steps, sanity_images=args.sanity_images,
         batch_size=args.batch_size, baselines=not args.no_references,
         on_method=(lambda name: stderr(f"evaluating {name} ...")) if chatty else None,
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     markdown = result.markdown()
     command = "kerascope evaluate " + " ".join(
         ([args.model] if args.model else []) + ([args.data] if args.data else [])
-        + (["--methods", *args.methods] if args.methods else [])
+        + (["--methods", *args.method] if args.method else [])
         + [f"--n {args.n}", f"--steps {args.steps}", f"--sanity-images {args.sanity_images}", f"--seed {args.seed}"]
     )
     settings = ", ".join(f"{k}={v}" for k, v in result.config.items())

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
 
-from kerascope.cli.common import add_image_flags, add_model_flags, add_output_flags, emit, load_class_names
+from kerascope.cli.common import (
+    add_image_flags,
+    add_method_flag,
+    add_model_flags,
+    add_output_flags,
+    add_param_flag,
+    add_target_flag,
+    emit,
+    examples,
+    load_class_names,
+    parse_params,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,43 +26,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         >>> build_parser().parse_args(["explain", "m.keras", "a.png", "--method", "saliency"]).method
         ['saliency']
     """
-    p = sub.add_parser("explain", help="explain image files: overlays, .npz attributions, index.html")
+    p = sub.add_parser(
+        "explain", help="explain image files: overlays, .npz attributions, index.html",
+        description="Explain image files with one or more methods: overlays, <method>.npz attributions and "
+        "an HTML report in --out.",
+        **examples("kerascope explain model.keras photos/ --method gradcam,saliency --target 3 --out results/"),
+    )
     add_model_flags(p)
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files or folders (searched recursively)")
-    p.add_argument("--method", action="append", help="method name (repeatable); see `kerascope methods`")
+    add_method_flag(p, "gradcam")
     p.add_argument("--layer", help="layer path for CAM methods, e.g. inception_v3/mixed10")
-    p.add_argument("--target", type=int, help="class index to explain (default: the predicted class)")
+    add_target_flag(p)
     p.add_argument("--out", default="kerascope-out", help="output folder (default: kerascope-out)")
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="method parameter, e.g. --param samples=20 --param noise=0.1 --param window=[8,8] "
-                        "(JSON values; given to every chosen method that accepts it)")
+    add_param_flag(p)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--cmap", default="jet", help="matplotlib colormap for overlays")
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity")
     add_image_flags(p)
     add_output_flags(p)
     p.set_defaults(run=run)
-
-
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """Parse ``NAME=VALUE`` pairs; values are JSON when they parse (numbers, lists), else strings.
-
-    Example:
-        >>> parse_params(["samples=20", "baseline=blur", "window=[8, 8]"])
-        {'samples': 20, 'baseline': 'blur', 'window': (8, 8)}
-    """
-    params: dict[str, Any] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"--param expects NAME=VALUE. Received: --param {item!r}.")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        params[name.strip()] = tuple(value) if isinstance(value, list) else value
-    return params
 
 
 def run(args: argparse.Namespace) -> int:

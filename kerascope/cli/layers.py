@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_model_flags, emit
+from kerascope.cli.common import add_model_flags, emit, examples
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         >>> build_parser().parse_args(["layers", "m.keras", "--filter", "conv"]).filter
         'conv'
     """
-    p = sub.add_parser("layers", help="list layer paths (usable as --layer) with output shapes")
+    p = sub.add_parser("layers", help="list layer paths (usable as --layer) with output shapes",
+                       **examples("kerascope layers model.keras --filter conv"))
     add_model_flags(p)
     p.add_argument("--filter", help="only paths containing this text")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import emit
+from kerascope.cli.common import emit, examples
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         >>> build_parser().parse_args(["methods"]).command
         'methods'
     """
-    p = sub.add_parser("methods", help="list the available explanation methods")
+    p = sub.add_parser("methods", help="list the available explanation methods",
+                       **examples("kerascope methods --json"))
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         ablationcam ...gradcam ...saliency ...
         0
     """
-    from kerascope.methods.registry import describe
+    from kerascope.catalog import describe
 
     rows = describe()
     width = max(len(name) for name, _ in rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_output_flags, emit, load_class_names
+from kerascope.cli.common import add_output_flags, emit, examples, load_class_names
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
         help="rebuild RESULTS_DIR/index.html from the saved .npz explanations and inputs/ (no model needed)",
+        **examples("kerascope report results/ --labels classes.txt --embed"),
     )
     p.add_argument("results", metavar="RESULTS_DIR", help="a folder written by `kerascope explain` or `demo`")
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")

@@ -1,0 +1,83 @@
+"""Every registered method's name, class and one-line description, readable without a backend.
+
+``kerascope methods`` and ``kerascope --help`` list methods from here, so they
+never import Keras (and its TensorFlow / JAX / PyTorch backend). The registry
+(:mod:`kerascope.methods.registry`) stays the source of behaviour;
+``tests/test_cli_startup.py`` checks that the two agree, so a method added to
+the registry without a line here fails the suite.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Entry(NamedTuple):
+    """One method: registry name, class name, defining module, one-line description.
+
+    Example:
+        >>> Entry("saliency", "Saliency", "kerascope.methods.gradients", "...").class_name
+        'Saliency'
+    """
+
+    name: str
+    class_name: str
+    module: str
+    description: str
+
+
+METHODS: tuple[Entry, ...] = (
+    Entry("ablationcam", "AblationCAM", "kerascope.methods.cam_perturbation",
+          "Channels weighted by the relative score drop when each is zeroed (Desai & Ramaswamy 2020)."),
+    Entry("deconvnet", "Deconvnet", "kerascope.methods.deeplift",
+          "Gradient with ReLUs passing back only positive gradients (Zeiler & Fergus 2014)."),
+    Entry("deeplift", "DeepLIFT", "kerascope.methods.deeplift",
+          "DeepLIFT rescale rule for ReLU networks (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."),
+    Entry("eigencam", "EigenCAM", "kerascope.methods.cam_variants",
+          "First principal component of the feature maps, class-agnostic (Muhammad & Yeasin 2020)."),
+    Entry("expected_gradients", "ExpectedGradients", "kerascope.methods.integrated",
+          "Gradients x (input - baseline) averaged over random background baselines and path points "
+          "(Erion et al. 2021)."),
+    Entry("gradcam", "GradCAM", "kerascope.methods.cam",
+          "Feature maps weighted by their spatially averaged gradients (Selvaraju et al. 2017)."),
+    Entry("gradcam_plusplus", "GradCAMPlusPlus", "kerascope.methods.cam_variants",
+          "Grad-CAM with pixel-wise weights of positive gradients (Chattopadhay et al. 2018)."),
+    Entry("gradient_x_input", "GradientXInput", "kerascope.methods.gradients",
+          "Input times its gradient (Shrikumar et al. 2016); for linear models the exact contribution."),
+    Entry("guided_backprop", "GuidedBackprop", "kerascope.methods.gradients",
+          "Gradient with positive-only ReLU backward passes (Springenberg et al. 2015)."),
+    Entry("guided_gradcam", "GuidedGradCAM", "kerascope.methods.cam",
+          "Guided backprop multiplied by the upsampled Grad-CAM map (Selvaraju et al. 2017)."),
+    Entry("hirescam", "HiResCAM", "kerascope.methods.cam_variants",
+          "Element-wise gradient x activation summed over channels (Draelos & Carin 2020)."),
+    Entry("integrated_gradients", "IntegratedGradients", "kerascope.methods.integrated",
+          "Integral of gradients along a straight path from a baseline (Sundararajan et al. 2017)."),
+    Entry("layercam", "LayerCAM", "kerascope.methods.cam_variants",
+          "Activations weighted element-wise by positive gradients (Jiang et al. 2021)."),
+    Entry("occlusion", "Occlusion", "kerascope.methods.perturbation",
+          "Score drop when sliding windows are replaced by a baseline (Zeiler & Fergus 2014)."),
+    Entry("rise", "RISE", "kerascope.methods.perturbation",
+          "Score-weighted average of random smooth masks (Petsiuk et al. 2018)."),
+    Entry("saliency", "Saliency", "kerascope.methods.gradients",
+          "Gradient of the target score w.r.t. the input (Simonyan et al. 2014)."),
+    Entry("scorecam", "ScoreCAM", "kerascope.methods.cam_perturbation",
+          "Channels weighted by the softmax of the scores of the inputs they mask (Wang et al. 2020)."),
+    Entry("smoothgrad", "SmoothGrad", "kerascope.methods.smoothing",
+          "Mean attribution over noisy copies of the input (Smilkov et al. 2017); wraps any gradient method."),
+    Entry("smoothgrad_squared", "SmoothGradSquared", "kerascope.methods.smoothing",
+          "Mean of squared attributions over noisy copies of the input (Hooker et al. 2019)."),
+    Entry("vargrad", "VarGrad", "kerascope.methods.smoothing",
+          "Variance of attributions over noisy copies of the input (Adebayo et al. 2018)."),
+    Entry("xgradcam", "XGradCAM", "kerascope.methods.cam_variants",
+          "Gradients weighted by normalised activations, axiom-based (Fu et al. 2020)."),
+)
+
+
+def describe() -> list[tuple[str, str]]:
+    """``(name, one-line description)`` for every method, sorted by name, without importing a backend.
+
+    Example:
+        >>> dict(describe())["gradcam"][:12]
+        'Feature maps'
+    """
+    return sorted((entry.name, entry.description) for entry in METHODS)

@@ -23,10 +23,21 @@ from kerascope import _backend
 from kerascope.core import targets as targets_lib
 from kerascope.core.inputs import Inputs, check_against_model
 from kerascope.core.layers import find_layer, iter_layers, path_of
-from kerascope.core.probe import bypass_softmax, override_relu_gradients, probe, softmax_candidates
+from kerascope.core.probe import (
+    bypass_softmax,
+    other_activations,
+    override_relu_gradients,
+    probe,
+    relu_sites,
+    softmax_candidates,
+)
 from kerascope.core.progress import progress_bar
 
 OUTPUT_SPACES = ("logits", "probabilities")
+SATURATED_LOW = 1e-12
+"""Target probabilities at or below this are saturated: their gradients are ~1e-12 x the logits'."""
+SATURATED_HIGH = 1e-6
+"""Target probabilities within this of 1 are saturated: ``1 - p`` is at float32 rounding level."""
 RULES = (None, "guided", "deconvnet", "deeplift")
 
 
@@ -75,6 +86,7 @@ class Engine:
         output: str = "logits",
         output_index: int | str | None = None,
         jit_compile: bool = False,
+        output_layer: str | None = None,
     ) -> None:
         if not isinstance(model, keras.Layer):
             raise TypeError(
@@ -88,6 +100,7 @@ class Engine:
         self.output = output
         self.output_index = output_index
         self.jit_compile = jit_compile
+        self.output_layer = output_layer
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
         self._bypassed: list[keras.Layer] | None = None
@@ -220,24 +233,67 @@ class Engine:
             return outputs[index]
         return outputs
 
+    def explained_layer(self) -> keras.Layer | None:
+        """The layer whose output is explained instead of the model's (``output_layer=``), or None.
+
+        Example:
+            >>> import keras
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")])
+            >>> Engine(m, output_layer="d").explained_layer().name
+            'd'
+        """
+        if self.output_layer is None:
+            return None
+        return self.resolve_layers([self.output_layer])[0]
+
+    def call_model(self, arg: Any, stack: contextlib.ExitStack, bypass: Sequence[keras.Layer] = ()) -> Any:
+        """Call the model inside ``stack`` (softmax ``bypass``) and return what is explained.
+
+        That is the model's outputs, or the output of ``output_layer`` (its last call) when set.
+        Usable inside compiled functions; probes for other layers may already be on ``stack``.
+
+        Example:
+            >>> import contextlib, keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="h"), keras.layers.Dense(2)])
+            >>> with contextlib.ExitStack() as stack:
+            ...     out = Engine(m, output_layer="h").call_model(np.ones((1, 3)), stack)
+            >>> tuple(out.shape)
+            (1, 4)
+        """
+        stack.enter_context(bypass_softmax(list(bypass)))
+        layer = self.explained_layer()
+        recorder = stack.enter_context(probe([layer])) if layer is not None else None
+        outputs = self.model(arg, training=False)
+        return outputs if recorder is None else recorder.last(layer)
+
     def _detect_softmax(self, inputs: Inputs) -> None:
         """Find the softmax layers whose output *is* a model output (one eager pass on 1 sample)."""
         if self._bypassed is not None:
             return
         candidates = softmax_candidates(self.model)
         first = [a[:1] for a in inputs.arrays]
-        with probe(candidates) as rec:
-            outputs = self.model(inputs.model_arg(first), training=False)
-        flat_outputs = [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(outputs)]
-        bypassed = []
-        for layer in candidates:
-            for seen in rec.outputs.get(id(layer), []):
-                value = keras.ops.convert_to_numpy(seen)
-                if any(o.shape == value.shape and np.allclose(o, value) for o in flat_outputs):
-                    bypassed.append(layer)
-                    break
-        self._bypassed = bypassed
-        chosen = keras.ops.convert_to_numpy(self._select(outputs)) if not callable(self.output_index) else flat_outputs[0]
+        with contextlib.ExitStack() as stack:
+            rec = stack.enter_context(probe(candidates))
+            explained = self.call_model(inputs.model_arg(first), stack)
+            outputs = explained if self.output_layer is None else None
+        if outputs is None:  # output_layer: its output is explained as it is, nothing bypassed
+            self._bypassed = []
+            outputs = explained
+        else:
+            flat_outputs = [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(outputs)]
+            bypassed = []
+            for layer in candidates:
+                for seen in rec.outputs.get(id(layer), []):
+                    value = keras.ops.convert_to_numpy(seen)
+                    if any(o.shape == value.shape and np.allclose(o, value) for o in flat_outputs):
+                        bypassed.append(layer)
+                        break
+            self._bypassed = bypassed
+        try:  # several outputs and no output_index: only a callable target can say which one
+            chosen = keras.ops.convert_to_numpy(self._select(outputs))
+        except ValueError:
+            self._probabilities_out = False
+            return
         self._probabilities_out = bool(
             chosen.ndim >= 2
             and chosen.shape[-1] > 1
@@ -245,18 +301,86 @@ class Engine:
             and np.allclose(chosen.sum(axis=-1), 1.0, atol=1e-3)
         )
 
-    def _check_saturation(self, scores: np.ndarray) -> None:
+    def _check_saturation(self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = ()) -> None:
+        """Warn when the explained probabilities are saturated (their gradients vanish or underflow).
+
+        The gradient of a probability ``p`` is proportional to ``p`` (and to ``1 - p`` for the
+        winning class): below ``SATURATED_LOW`` or above ``1 - SATURATED_HIGH`` the float32
+        backward pass loses the map (p = 1.8e-25 gives a ~1e-30 map). A sample whose whole
+        input gradient is below ``1e-30`` in magnitude also counts.
+        """
         if self.output != "logits" or self._bypassed or not self._probabilities_out:
             return
-        if np.any(scores >= 1.0 - 1e-6) or np.any(scores <= 1e-30):
+        low = scores <= SATURATED_LOW
+        high = scores >= 1.0 - SATURATED_HIGH
+        for grad in input_grads:
+            flat = np.abs(np.asarray(grad, np.float64)).reshape(len(grad), -1)
+            if flat.shape == (len(scores), flat.shape[1]) and flat.size:
+                low |= flat.max(axis=1) < 1e-30
+        if not np.any(low | high):
+            return
+        bad = np.flatnonzero(low | high)
+        logits = self._logits_layer(inputs)
+        advice = (
+            f"Explain the layer before the softmax with `output_layer={logits!r}` (its output looks "
+            "like the logits)"
+            if logits is not None
+            else "Explain the layer that computes the logits with `output_layer='<layer path>'` "
+            "(see `kerascope.layers(model)`)"
+        )
+        warnings.warn(
+            f"Model {self.model.name!r} outputs saturated probabilities (target scores like "
+            f"{float(scores[bad[0]]):.3g} for samples {bad.tolist()[:10]}) and kerascope found no "
+            "softmax layer or activation to bypass (e.g. `tf.nn.softmax` inside a subclassed `call`). "
+            "Gradients of saturated probabilities vanish or underflow in float32, so the map is "
+            f"meaningless. {advice}, or apply the softmax outside the model.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def _logits_layer(self, inputs: Inputs) -> str | None:
+        """Path of the last layer whose output, softmaxed, equals the model's output (or None)."""
+        candidates = [layer for _, layer in iter_layers(self.model) if layer is not self.model]
+        with probe(candidates) as rec:
+            outputs = self.model(inputs.model_arg([a[:1] for a in inputs.arrays]), training=False)
+        try:
+            probs = keras.ops.convert_to_numpy(self._select(outputs)).astype(np.float64)
+        except ValueError:
+            return None
+        found = None
+        for layer_id, calls in rec.outputs.items():
+            try:
+                value = keras.ops.convert_to_numpy(calls[-1]).astype(np.float64)
+            except Exception:
+                continue
+            if value.shape != probs.shape or value.ndim < 2:
+                continue
+            shifted = np.exp(value - value.max(axis=-1, keepdims=True))
+            soft = shifted / shifted.sum(axis=-1, keepdims=True)
+            if np.allclose(soft, probs, rtol=1e-3, atol=1e-6) and not np.allclose(value, probs):
+                found = next(layer for layer in candidates if id(layer) == layer_id)
+        return None if found is None else self.path_of(found)
+
+    def _check_relus(self, rule: str) -> None:
+        """Warn when a ReLU backward rule would silently give the plain gradient (no ReLU reached)."""
+        relus, others = self.memo("activations", lambda: (len(relu_sites(self.model)), other_activations(self.model)))
+        listed = ", ".join(f"{name} ({count} layer{'s' if count > 1 else ''})" for name, count in others.items())
+        if relus == 0:
             warnings.warn(
-                f"Model {self.model.name!r} outputs saturated probabilities (scores like "
-                f"{float(np.max(scores)):.7g}) and kerascope found no softmax layer or activation to "
-                "bypass (e.g. `tf.nn.softmax` inside a subclassed `call`). Gradients of saturated "
-                "probabilities vanish in float32. Remove the softmax from `call` and apply it "
-                "outside, or pass a callable target that computes the logits.",
-                RuntimeWarning,
-                stacklevel=3,
+                f"Model {self.model.name!r} has no ReLU that the {rule!r} backward rule can reach"
+                + (f" (its activations: {listed})" if listed else "")
+                + f". The {rule!r} rule changes only ReLU backward passes, so this result EQUALS the plain "
+                "gradient (Saliency, or Grad-CAM x gradient for GuidedGradCAM). Use Saliency, "
+                "IntegratedGradients or SmoothGrad for models with GELU / swish activations.",
+                UserWarning,
+                stacklevel=4,
+            )
+        elif others:
+            warnings.warn(
+                f"The {rule!r} backward rule applies to the {relus} ReLU(s) of model {self.model.name!r}; "
+                f"its other activations keep their plain gradient: {listed}.",
+                UserWarning,
+                stacklevel=4,
             )
 
     @property
@@ -280,7 +404,9 @@ class Engine:
         weights: tuple[Any, ...],
         rule: str | None,
         target_fn: Callable | None,
+        replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
     ) -> Callable:
+        replace = len(replace_specs)
         backend = _backend.get()
         bypass = list(self._bypassed or []) if self.output == "logits" else []
         owner = weakref.ref(self)
@@ -288,20 +414,29 @@ class Engine:
         model_arg = inputs.structurer()
 
         def forward(arrays: list[Any], indices: Any, transform: Callable) -> tuple[Any, Any, list[Any]]:
-            model = owner().model
+            engine = owner()
+            model = engine.model
+            if replace:  # the last `replace` arrays replace the outputs of the first probed layers
+                arrays, values = arrays[: len(arrays) - replace], arrays[len(arrays) - replace:]
+
+                def replaced(i: int, layer: keras.Layer, output: Any) -> Any:
+                    if i < replace:
+                        output = keras.ops.cast(values[i], keras.backend.standardize_dtype(output.dtype))
+                    return transform(i, layer, output)
+            else:
+                replaced = transform
             with contextlib.ExitStack() as stack:
                 if rule is not None:
                     stack.enter_context(
                         override_relu_gradients(model, lambda f: backend.modified_relu(f, rule))
                     )
-                stack.enter_context(bypass_softmax(bypass))
-                recorder = stack.enter_context(probe(layers, transform))
-                outputs = model(model_arg(arrays), training=False)
+                recorder = stack.enter_context(probe(layers, replaced))
+                outputs = engine.call_model(model_arg(arrays), stack, bypass)
             if target_fn is not None:
                 scores = keras.ops.reshape(target_fn(outputs), (-1,))
                 resolved = indices
             else:
-                scores, resolved = targets_lib.class_scores(owner()._select(outputs), indices)
+                scores, resolved = targets_lib.class_scores(engine._select(outputs), indices)
             return scores, resolved, [recorder.last(layer) for layer in layers]
 
         def on_trace() -> None:
@@ -311,7 +446,7 @@ class Engine:
 
         return backend.compile_gradients(
             forward,
-            input_specs=inputs.specs,
+            input_specs=inputs.specs + list(replace_specs),
             wrt_inputs=wrt_inputs,
             layer_names=layer_names,
             weights=[getattr(w, "value", w) for w in weights],
@@ -328,6 +463,7 @@ class Engine:
         wrt_inputs: bool = True,
         weights: Sequence[Any] = (),
         rule: str | None = None,
+        replace: Sequence[np.ndarray] = (),
         batch_size: int = 32,
         progress: bool = False,
     ) -> GradientResult:
@@ -341,6 +477,10 @@ class Engine:
             weights: variables to differentiate w.r.t. (gradient of the summed score).
             rule: ``None``, ``"guided"``, ``"deconvnet"`` or ``"deeplift"`` backward rule for
                 ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references).
+            replace: arrays (batch first) that REPLACE the outputs of the first ``len(replace)``
+                ``layers`` during the forward pass (every call of the layer); activations and
+                gradients are then those at the given values (layer attribution: IG or SmoothGrad
+                at a layer interpolate or noise the layer's activation).
             batch_size: samples per compiled call; bounds memory.
             progress: show a progress bar over the chunks.
 
@@ -353,30 +493,40 @@ class Engine:
         """
         if rule not in RULES:
             raise ValueError(f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES}.")
+        if rule in ("guided", "deconvnet"):
+            self._check_relus(rule)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
         prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
         check_against_model(self.model, prepared)
         resolved_layers = tuple(self.resolve_layers(layers))
+        replace = [np.asarray(r) for r in replace]
+        if len(replace) > len(resolved_layers) or any(len(r) != prepared.batch_size for r in replace):
+            raise ValueError(
+                "`replace` needs one array per probed layer (at most), with the inputs' batch size. "
+                f"Received: {[r.shape for r in replace]} for {len(resolved_layers)} layer(s) and "
+                f"{prepared.batch_size} samples."
+            )
+        replace_specs = tuple((r.shape, r.dtype.name) for r in replace)
         indices, target_fn = targets_lib.encode(targets, prepared.batch_size)
         self._detect_softmax(prepared)
         if target_fn is None:
             self._check_target_range(prepared, indices)
         key = (
             resolved_layers, wrt_inputs, tuple(id(w) for w in weights), rule, target_fn,
-            tuple((s[1:], d) for s, d in prepared.specs),
+            tuple((s[1:], d) for s, d in prepared.specs), tuple((s[1:], d) for s, d in replace_specs),
         )
         fn = self._compiled.get(key)
         if fn is None:
-            fn = self._build(prepared, resolved_layers, wrt_inputs, tuple(weights), rule, target_fn)
+            fn = self._build(prepared, resolved_layers, wrt_inputs, tuple(weights), rule, target_fn, replace_specs)
             self._compiled[key] = fn
         parts: list[dict[str, Any]] = []
         for part, arrays in progress_bar(
             list(prepared.chunks(batch_size)), enabled=progress, desc="explaining", unit="batch"
         ):
-            parts.append(fn(arrays, indices[part]))
+            parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
         result = _merge(parts, wrt_inputs)
-        self._check_saturation(result.scores)
+        self._check_saturation(result.scores, prepared, result.input_grads)
         _check_finite(result)
         return result
 
@@ -384,9 +534,14 @@ class Engine:
         key = ("output_shape", tuple((s[1:], d) for s, d in inputs.specs))
         if key not in self._compiled:  # symbolic shape inference once per input signature
             try:
-                spec = self.model.compute_output_spec(inputs.model_arg(
-                    [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays]))
-                self._compiled[key] = self._select(spec).shape
+                if self.output_layer is not None:  # no symbolic pass reaches an inner layer: one eager sample
+                    with contextlib.ExitStack() as stack:
+                        out = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                    self._compiled[key] = tuple(self._select(out).shape)
+                else:
+                    spec = self.model.compute_output_spec(inputs.model_arg(
+                        [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays]))
+                    self._compiled[key] = self._select(spec).shape
             except Exception:
                 self._compiled[key] = None
         shape = self._compiled[key]
@@ -415,8 +570,8 @@ class Engine:
             model_arg = prepared.structurer()
 
             def run(arrays: list[Any]) -> Any:
-                with bypass_softmax(bypass):
-                    return owner().model(model_arg(arrays), training=False)
+                with contextlib.ExitStack() as stack:
+                    return owner().call_model(model_arg(arrays), stack, bypass)
 
             fn = _backend.get().compile_forward(run, input_specs=prepared.specs, jit_compile=self.jit_compile)
             self._compiled[key] = fn
@@ -455,7 +610,13 @@ def _check_finite(result: GradientResult) -> None:
 _ENGINES: weakref.WeakKeyDictionary[keras.Layer, dict[Any, Engine]] = weakref.WeakKeyDictionary()
 
 
-def engine_for(model: keras.Layer, output: str = "logits", output_index: Any = None, jit_compile: bool = False) -> Engine:
+def engine_for(
+    model: keras.Layer,
+    output: str = "logits",
+    output_index: Any = None,
+    jit_compile: bool = False,
+    output_layer: str | None = None,
+) -> Engine:
     """Return the shared :class:`Engine` for this model and options (compiled functions are reused).
 
     Example:
@@ -467,8 +628,8 @@ def engine_for(model: keras.Layer, output: str = "logits", output_index: Any = N
     try:
         per_model = _ENGINES.setdefault(model, {})
     except TypeError:
-        return Engine(model, output, output_index, jit_compile)
-    key = (output, output_index, jit_compile)
+        return Engine(model, output, output_index, jit_compile, output_layer)
+    key = (output, output_index, jit_compile, output_layer)
     if key not in per_model:
-        per_model[key] = Engine(model, output, output_index, jit_compile)
+        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer)
     return per_model[key]

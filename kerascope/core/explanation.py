@@ -119,6 +119,36 @@ class Explanation:
                 extras=extras,
             )
 
+    def per_position(self) -> np.ndarray:
+        """Attributions summed over their last axis: one value per token / pixel / time step.
+
+        For attributions at a layer (``layer=`` on a gradient method) of shape
+        ``(N, T, E)`` (an Embedding) this is the per-token map ``(N, T)``; for
+        ``(N, H, W, C)`` the per-pixel map ``(N, H, W)``; for inputs ``(N, T, F)``
+        the per-time-step map. The sum (not the mean or a norm) keeps
+        Integrated Gradients' completeness: ``per_position().sum(axis=1)`` is
+        still ``f(x) - f(baseline)``.
+
+        Example:
+            >>> import numpy as np
+            >>> e = Explanation(np.ones((2, 5, 8)), "integrated_gradients", {}, np.array([0, 0]), np.ones(2))
+            >>> e.per_position().shape, float(e.per_position()[0, 0])
+            ((2, 5), 8.0)
+        """
+        if isinstance(self.attributions, (list, tuple)):
+            raise ValueError(
+                "per_position() needs one attribution array; this explanation has one per model input "
+                f"({len(self.attributions)}). Received: attributions of a multi-input model. Sum one of "
+                "them over its last axis, e.g. `e.attributions[0].sum(-1)`."
+            )
+        array = np.asarray(self.attributions)
+        if array.ndim < 3:
+            raise ValueError(
+                f"per_position() sums the last (embedding / channel) axis of (N, positions..., C) "
+                f"attributions. Received: attributions with shape {array.shape}."
+            )
+        return array.sum(axis=-1)
+
     def plot(self, inputs: Any = None, **kwargs: Any) -> Any:
         """A matplotlib Figure of this explanation (see :func:`kerascope.viz.plots.plot_explanation`).
 

@@ -26,7 +26,7 @@ from kerascope import _backend
 from kerascope.core import targets as targets_lib
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs
-from kerascope.core.probe import bypass_softmax, probe
+from kerascope.core.probe import probe
 
 Transform = Callable[[Any, Any], Any]
 Scorer = Callable[[list[np.ndarray], np.ndarray, "np.ndarray | None"], tuple[np.ndarray, np.ndarray]]
@@ -87,10 +87,9 @@ def compile_scorer(
         arrays, indices = flat[:count], flat[count]
         extra = flat[count + 1] if extra_spec is not None else None
         with contextlib.ExitStack() as stack:
-            stack.enter_context(bypass_softmax(bypass))
             if layer is not None:
                 stack.enter_context(probe([layer], lambda _i, _l, out: transform(out, extra)))
-            outputs = eng.model(model_arg(arrays), training=False)
+            outputs = eng.call_model(model_arg(arrays), stack, bypass)
         if target_fn is not None:
             scores, resolved = keras.ops.reshape(target_fn(outputs), (-1,)), indices
         else:

@@ -201,6 +201,43 @@ def relu_sites(model: keras.Layer) -> list[tuple[keras.Layer, str]]:
     return sites
 
 
+_LINEAR_NAMES = {"linear", "softmax", "sigmoid", "identity", "log_softmax"}
+
+
+def other_activations(model: keras.Layer) -> dict[str, int]:
+    """Non-linear activations of ``model`` that are not ReLUs, with how many layers use each.
+
+    These keep their ordinary gradient under the guided / deconvnet rules (the
+    final ``softmax`` / ``sigmoid`` and ``linear`` are not counted).
+    ``Activation``, ``Dense(activation=...)`` etc. and the ``GELU``-like layers
+    (``ELU``, ``LeakyReLU``, ``PReLU``) are seen; activations written as
+    functions inside a subclassed ``call`` are not.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="gelu")])
+        >>> other_activations(m)
+        {'gelu': 1}
+    """
+    from kerascope.core.layers import iter_layers
+
+    found: dict[str, int] = {}
+    for _, layer in iter_layers(model):
+        if isinstance(layer, keras.layers.ReLU):
+            continue
+        if type(layer).__name__ in ("ELU", "LeakyReLU", "PReLU"):
+            name = type(layer).__name__.lower()
+        else:
+            fn = getattr(layer, "activation", None)
+            if fn is None or not callable(fn):
+                continue
+            name = _activation_name(fn)
+            if name in _RELU_NAMES or name in _LINEAR_NAMES:
+                continue
+        found[name] = found.get(name, 0) + 1
+    return found
+
+
 @contextlib.contextmanager
 def override_relu_gradients(
     model: keras.Layer, wrap: Callable[[Callable[[Any], Any]], Callable[[Any], Any]]

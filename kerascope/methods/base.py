@@ -12,6 +12,15 @@ from kerascope.core.inputs import Inputs
 from kerascope.core.threads import single_threaded_blas
 
 
+def _layer_path(layer: Any) -> str | None:
+    """A layer given as an object becomes its name (engines are cached per output layer)."""
+    if layer is None or isinstance(layer, str):
+        return layer
+    if isinstance(layer, keras.Layer):
+        return layer.name
+    raise TypeError(f"`output_layer` must be a layer path or a layer. Received: output_layer={layer!r}.")
+
+
 class UnsupportedModelError(ValueError):
     """The method cannot explain this kind of model (e.g. DeepLIFT on max pooling).
 
@@ -35,6 +44,9 @@ class Method:
         batch_size: samples (or noise samples / steps / masks) per compiled call.
         output: ``"logits"`` (default; bypasses a final softmax) or ``"probabilities"``.
         output_index: which output of a multi-output model (index or name).
+        output_layer: explain the output of this inner layer (a path, e.g. the pre-softmax
+            ``"logits"`` Dense of a subclassed model that applies ``tf.nn.softmax`` in ``call``)
+            instead of the model's output; targets index that layer's output.
         progress: show a progress bar over batches.
         jit_compile: compile with XLA where the backend supports it.
 
@@ -58,6 +70,7 @@ class Method:
         output_index: int | str | None = None,
         progress: bool = False,
         jit_compile: bool = False,
+        output_layer: str | None = None,
     ) -> None:
         self.model = model
         self.batch_size = batch_size
@@ -65,7 +78,10 @@ class Method:
         self.output_index = output_index
         self.progress = progress
         self.jit_compile = jit_compile
-        self.engine: Engine = engine_for(model, output, output_index, jit_compile)
+        self.output_layer = _layer_path(output_layer)
+        self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer)
+        if self.output_layer is not None:
+            self.engine.explained_layer()  # an unknown layer fails here, with the available names
 
     def params(self) -> dict[str, Any]:
         """The method's hyper-parameters (what goes into ``Explanation.params``).

@@ -9,16 +9,64 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.methods import _layer
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 
 
+class LayerMethod(Method):
+    """A gradient method that can attribute at a layer's output (``layer=``) instead of the inputs.
+
+    With ``layer=`` (a path such as ``"embedding"`` or ``"block3_conv"``) the
+    attributions have the layer's output shape and explain the target in
+    terms of that activation; :meth:`Explanation.per_position` sums them over
+    the last (embedding / channel) axis, e.g. one value per token ``(N, T)``.
+    Subclasses implement :meth:`_explain_at`.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="h"), keras.layers.Dense(2)])
+        >>> ks.Saliency(m, layer="h").explain(np.ones((1, 3)), 0).attributions.shape
+        (1, 4)
+    """
+
+    #: ``layer=`` here means "attribute at this layer" (not a CAM feature-map layer).
+    layer_attribution: bool = True
+
+    def __init__(self, model: keras.Layer, *, layer: Any = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self._layer = None
+        self.layer = None
+        if layer is not None:
+            self._layer, self.layer = _layer.resolve(self.engine, layer)
+
+    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
+        """Explain with the layer's output replaced by ``values`` (``None``: its real output)."""
+        raise NotImplementedError
+
+    def _layer_result(
+        self, inputs: Inputs, attributions: np.ndarray, scores: Any, targets: Any, **extras: Any
+    ) -> Explanation:
+        return Explanation(
+            attributions=np.asarray(attributions, np.float32),
+            method=self.name,
+            params=self.params(),
+            targets=np.asarray(targets),
+            scores=np.asarray(scores),
+            layer=self.layer,
+            extras={"attributed_at": "layer", **extras},
+        )
+
+
 @register
-class Saliency(Method):
+class Saliency(LayerMethod):
     """Gradient of the target score w.r.t. the inputs (Simonyan et al., 2014).
 
     Signed by default; ``absolute=True`` returns ``|gradient|`` as in the
     paper's saliency map. One forward and one backward pass per sample.
+    ``layer=`` differentiates w.r.t. that layer's output instead (attributions
+    of the layer's shape, see :class:`LayerMethod`; e.g. ``layer="embedding"``
+    for token inputs).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -37,7 +85,18 @@ class Saliency(Method):
         super().__init__(model, **kwargs)
         self.absolute = absolute
 
+    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
+        result = self.engine.gradients(
+            inputs, targets, layers=[self._layer], wrt_inputs=False, rule=self.rule,
+            replace=() if values is None else [values], batch_size=self.batch_size, progress=self.progress,
+        )
+        acts = _layer.check_output(result.activations[0], self.layer)
+        grads = np.asarray(result.layer_grads[0], np.float32)
+        return self._layer_result(inputs, self._combine(grads, acts), result.scores, result.targets)
+
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        if self._layer is not None:
+            return self._explain_at(inputs, None, targets)
         result = self.engine.gradients(
             inputs, targets, rule=self.rule, batch_size=self.batch_size, progress=self.progress
         )

@@ -18,8 +18,9 @@ import numpy as np
 from kerascope.core import targets as targets_lib
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.methods import _layer
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
-from kerascope.methods.base import Method
+from kerascope.methods.gradients import LayerMethod
 from kerascope.methods.registry import register
 
 QUADRATURES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
@@ -145,32 +146,48 @@ def resolve_baselines(baseline: Any, inputs: Inputs, blur_sigma: float = 4.0) ->
     return result
 
 
-class PathMethod(Method):
-    """Shared routine: accumulate ``w * (x - b) * grad f(b + alpha (x - b))`` over folded rows."""
+class PathMethod(LayerMethod):
+    """Shared routine: accumulate ``w * (x - b) * grad f(b + alpha (x - b))`` over folded rows.
+
+    With ``layer=``, ``x`` and ``b`` are the layer's activations at the input and
+    at the baseline, and the layer's output is replaced by the path point
+    ``b + alpha (x - b)`` during each forward pass (the layers before it still
+    see the real inputs).
+    """
 
     def _integrate(
         self, inputs: Inputs, targets: Any, resolved: np.ndarray, count: int, path_rows: Callable,
-        row_scores: np.ndarray | None = None,
+        row_scores: np.ndarray | None = None, values: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         """Rows are input-major (row r: point r % count of input r // count); ``path_rows(rows)``
         returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows. The target
-        score of every row is written to ``row_scores`` (``(n, count)``) when given."""
+        score of every row is written to ``row_scores`` (``(n, count)``) when given. ``values``:
+        the layer's activations (layer attribution; then one baseline, at the layer)."""
         n = inputs.batch_size
-        totals = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
+        ends = inputs.arrays if values is None else [values]
+        totals = [np.zeros(a.shape, np.float64) for a in ends]
         for rows in chunk_ranges(n * count, self.batch_size):
             owners, weights, baselines, alphas = path_rows(rows)
             points, deltas = [], []
-            for array, base in zip(inputs.arrays, baselines, strict=True):
+            for array, base in zip(ends, baselines, strict=True):
                 x = array[owners]
                 alpha = alphas.reshape((-1,) + (1,) * (array.ndim - 1)).astype(np.float32)
                 points.append(base + alpha * (x - base))
                 deltas.append(x.astype(np.float64) - base)
-            result = self.engine.gradients(
-                Inputs(inputs.model_arg(points)),
-                row_targets(targets, resolved, owners),
-                batch_size=self.batch_size,
-            )
-            for total, grad, delta in zip(totals, result.input_grads, deltas, strict=True):
+            if values is None:
+                result = self.engine.gradients(
+                    Inputs(inputs.model_arg(points)),
+                    row_targets(targets, resolved, owners),
+                    batch_size=self.batch_size,
+                )
+                grads = result.input_grads
+            else:
+                result = self.engine.gradients(
+                    _layer.rows(inputs, owners), row_targets(targets, resolved, owners),
+                    layers=[self._layer], wrt_inputs=False, replace=points, batch_size=self.batch_size,
+                )
+                grads = result.layer_grads
+            for total, grad, delta in zip(totals, grads, deltas, strict=True):
                 reduce_rows(total, owners, weights, grad * delta)
             if row_scores is not None:
                 row_scores.reshape(-1)[rows] = result.scores
@@ -193,6 +210,16 @@ class IntegratedGradients(PathMethod):
             input blurred with a Gaussian of std ``blur_sigma`` pixels) or an
             array (one sample's shape, or the batch's).
         blur_sigma: standard deviation for ``baseline="blur"``.
+        layer: attribute at this layer's output instead of the inputs: the path
+            runs from the baseline *activation* to the layer's activation, with
+            the layer's output replaced by each path point; attributions have
+            the layer's shape and completeness holds at the layer
+            (``sum = f(x) - f(baseline at the layer)``). The baseline at a layer
+            is zeros (default), a number, an activation array, or model inputs
+            run through the model (``baseline=np.zeros_like(tokens)``: the
+            pad-token embedding). See
+            :meth:`~kerascope.core.explanation.Explanation.per_position` for
+            per-token maps.
 
     ``Explanation.extras`` holds ``completeness_error`` (per sample,
     ``sum(attributions) - (f(x) - f(baseline))``, summed over all model
@@ -234,8 +261,23 @@ class IntegratedGradients(PathMethod):
         self.blur_sigma = blur_sigma
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        if self._layer is not None:
+            return self._explain_at(inputs, None, targets)
+        return self._run(inputs, targets, None)
+
+    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
+        if values is None:
+            values = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
+        return self._run(inputs, targets, values)
+
+    def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
+        """IG at the inputs (``values=None``) or at the layer, ending at its activation ``values``."""
         alphas, weights = quadrature(self.steps, self.method)
-        baselines = resolve_baselines(self.baseline, inputs, self.blur_sigma)
+        if values is None:
+            baselines = resolve_baselines(self.baseline, inputs, self.blur_sigma)
+        else:
+            baselines = [_layer.baseline_values(
+                self.baseline, self.engine, inputs, self._layer, values, self.batch_size)]
         n = inputs.batch_size
         # Path points at alpha = 1 (the input) and alpha = 0 (the baseline) already give f(x) and
         # f(baseline) in the gradient pass: no forward pass is spent on them (riemann_trapezoid has
@@ -243,7 +285,10 @@ class IntegratedGradients(PathMethod):
         at_input = np.flatnonzero(alphas == 1.0)
         at_baseline = np.flatnonzero(alphas == 0.0)
         if targets is None or not len(at_input):
-            scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+            if values is None:
+                scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+            else:
+                scores, resolved = self._layer_scores(inputs, targets, values)
         else:
             scores, resolved = None, targets_lib.encode(targets, n)[0].astype(np.int64)
         row_scores = np.zeros((n, self.steps), np.float32)
@@ -252,21 +297,35 @@ class IntegratedGradients(PathMethod):
             owners, steps = rows // self.steps, rows % self.steps
             return owners, weights[steps], [b[owners] for b in baselines], alphas[steps]
 
-        attributions = self._integrate(inputs, targets, resolved, self.steps, path_rows, row_scores)
+        attributions = self._integrate(inputs, targets, resolved, self.steps, path_rows, row_scores, values)
         if scores is None:
             scores = row_scores[:, at_input[0]]
         if len(at_baseline):
             base_scores = row_scores[:, at_baseline[0]]
         else:
             base_targets = targets if callable(targets) else resolved
-            base_scores, _ = forward_scores(
-                self.engine, Inputs(inputs.model_arg(baselines)), base_targets, self.batch_size
-            )
+            if values is None:
+                base_scores, _ = forward_scores(
+                    self.engine, Inputs(inputs.model_arg(baselines)), base_targets, self.batch_size
+                )
+            else:
+                base_scores, _ = self._layer_scores(inputs, base_targets, baselines[0])
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
+        if values is not None:
+            return self._layer_result(
+                inputs, attributions[0], scores, resolved, completeness_error=error, baseline_scores=base_scores
+            )
         return self._result(
             inputs, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
         )
+
+    def _layer_scores(self, inputs: Inputs, targets: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Scores with the layer's output replaced by ``values`` (and the resolved targets)."""
+        result = self.engine.gradients(
+            inputs, targets, layers=[self._layer], wrt_inputs=False, replace=[values], batch_size=self.batch_size
+        )
+        return result.scores.astype(np.float64), result.targets
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (an array baseline is reported by its shape).
@@ -306,7 +365,9 @@ class ExpectedGradients(PathMethod):
         samples: draws (baseline, alpha) per input.
         baseline: background array ``(M, ...)`` (for multi-input models a
             list / dict of them, with the same ``M``); default: one all-zeros
-            baseline.
+            baseline. With ``layer=``: activations ``(M, *layer_shape)`` or
+            model inputs ``(M, ...)`` (e.g. token ids) whose activations are used.
+        layer: attribute at this layer's output (see :class:`IntegratedGradients`).
         seed: seed of the numpy generator (``None``: fresh draws each call).
 
     Cost: ``samples`` forward+backward passes per input plus one forward pass.
@@ -367,7 +428,22 @@ class ExpectedGradients(PathMethod):
         return background
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        background = self._background(inputs)
+        if self._layer is not None:
+            return self._explain_at(inputs, None, targets)
+        return self._run(inputs, targets, None)
+
+    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
+        if values is None:
+            values = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
+        return self._run(inputs, targets, values)
+
+    def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
+        """At the inputs (``values=None``) or at the layer: the background is then activations."""
+        if values is None:
+            background = self._background(inputs)
+        else:
+            background = [_layer.baseline_values(
+                self.baseline, self.engine, inputs, self._layer, values, self.batch_size, background=True)]
         rng = np.random.default_rng(self.seed)
         choice = rng.integers(0, len(background[0]), size=self.samples)
         alphas = rng.uniform(0.0, 1.0, size=self.samples)
@@ -378,7 +454,11 @@ class ExpectedGradients(PathMethod):
             weights = np.full(len(rows), 1.0 / self.samples)
             return owners, weights, [b[choice[draws]] for b in background], alphas[draws]
 
-        attributions = self._integrate(inputs, targets, resolved, self.samples, path_rows)
+        attributions = self._integrate(inputs, targets, resolved, self.samples, path_rows, values=values)
+        if values is not None:
+            return self._layer_result(
+                inputs, attributions[0], scores, resolved, baseline_indices=choice, alphas=alphas
+            )
         return self._result(inputs, attributions, scores, resolved, baseline_indices=choice, alphas=alphas)
 
     def params(self) -> dict[str, Any]:

@@ -23,18 +23,23 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.methods import registry
+from kerascope.methods import _layer, registry
 from kerascope.methods._folding import Stream, as_list, chunk_ranges, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 
 
-def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any]) -> Method:
+def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any = None) -> Method:
     if isinstance(base, Method):
         if base.model is not model:
             raise ValueError(
                 "The base method explains a different model. Received: base="
                 f"{base!r} for model {base.model.name!r}; expected a method built on {model.name!r}."
+            )
+        if layer is not None and getattr(base, "_layer", None) is None:
+            raise ValueError(
+                "With `layer=`, the base method must attribute at the same layer. Received: "
+                f"layer={layer!r}, base={base!r}. Build the base with `layer={layer!r}` too."
             )
         return base
     cls = registry.get(base)
@@ -42,7 +47,15 @@ def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any]) -> Method:
         raise ValueError(f"`base` must name a kerascope method. Received: base={base!r}.")
     if issubclass(cls, NoiseWrapper):
         raise ValueError(f"`base` cannot itself be a noise wrapper. Received: base={base!r}.")
-    common = {k: v for k, v in kwargs.items() if k in ("batch_size", "output", "output_index", "jit_compile")}
+    common = {k: v for k, v in kwargs.items() if k in ("batch_size", "output", "output_index", "jit_compile", "output_layer")}
+    if layer is not None:
+        if not getattr(cls, "layer_attribution", False):
+            raise TypeError(
+                f"`layer=` on a noise wrapper needs a base method that attributes at a layer (Saliency, "
+                f"GradientXInput, IntegratedGradients, ExpectedGradients, ...). Received: base={base!r}, "
+                f"layer={layer!r}."
+            )
+        common["layer"] = layer
     return cls(model, **common)
 
 
@@ -61,6 +74,11 @@ class NoiseWrapper(Method):
         base: the wrapped method: a registered name, a class, or a method
             instance built on the same model (to pass its own parameters,
             e.g. ``base=ks.IntegratedGradients(model, steps=16)``).
+        layer: attribute at this layer's output: the noise is added to the
+            layer's activation (``sigma`` relative to its per-sample range) and
+            the base method explains each noisy activation at that layer;
+            attributions have the layer's shape (see
+            :meth:`~kerascope.core.explanation.Explanation.per_position`).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -70,6 +88,7 @@ class NoiseWrapper(Method):
     """
 
     reduction = "mean"
+    layer_attribution: bool = True
 
     uses_squares: bool = False
 
@@ -81,6 +100,7 @@ class NoiseWrapper(Method):
         noise: float = 0.15,
         seed: int | None = 0,
         base: Any = "saliency",
+        layer: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
@@ -91,10 +111,14 @@ class NoiseWrapper(Method):
         self.samples = samples
         self.noise = float(noise)
         self.seed = seed
-        self._base = _make_base(model, base, kwargs)
+        self._base = _make_base(model, base, kwargs, layer)
         self.base = self._base.name
+        self._layer = getattr(self._base, "_layer", None)
+        self.layer = getattr(self._base, "layer", None)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        if self._layer is not None:
+            return self._explain_layer(inputs, targets)
         n, s = inputs.batch_size, self.samples
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         floating = [np.issubdtype(a.dtype, np.floating) for a in inputs.arrays]
@@ -135,6 +159,35 @@ class NoiseWrapper(Method):
             for k, t in enumerate(total)
         ]
         return self._result(inputs, attributions, scores, resolved)
+
+    def _explain_layer(self, inputs: Inputs, targets: Any) -> Explanation:
+        """``layer=``: the noise is added to the layer's activation (its output is replaced by the
+        noisy value), ``sigma = noise * (max - min)`` of each sample's activation."""
+        n, s = inputs.batch_size, self.samples
+        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        acts = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
+        flat = acts.reshape(n, -1)
+        sigma = (self.noise * (flat.max(axis=1) - flat.min(axis=1))).astype(np.float32)
+        size = flat.shape[1]
+        stream = Stream(self.seed, lambda rng, count: rng.standard_normal((count, size), dtype=np.float32))
+        total = np.zeros(acts.shape, np.float64)
+        squares = np.zeros(acts.shape, np.float64) if self.uses_squares else None
+        for rows in chunk_ranges(n * s, self.batch_size):
+            owners, draws = rows % n, rows // n
+            z = stream.take(int(draws[0]), int(draws[-1]) + 1)[draws - draws[0]].reshape(len(rows), *acts.shape[1:])
+            noisy = acts[owners] + sigma[owners].reshape((-1,) + (1,) * (acts.ndim - 1)) * z
+            explained = self._base._explain_at(
+                _layer.rows(inputs, owners), noisy, row_targets(targets, resolved, owners)
+            )
+            ones = np.ones(len(rows))
+            reduce_rows(total, owners, ones, explained.attributions)
+            if squares is not None:
+                reduce_rows(squares, owners, ones, np.square(explained.attributions, dtype=np.float64))
+        attributions = self._reduce(total / s, None if squares is None else squares / s).astype(np.float32)
+        return Explanation(
+            attributions=attributions, method=self.name, params=self.params(), targets=resolved,
+            scores=scores, layer=self.layer, extras={"attributed_at": "layer"},
+        )
 
     def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return mean

@@ -4,6 +4,7 @@ from kerascope.methods.base import Method
 from kerascope.methods.cam import CAM, GradCAM, GuidedGradCAM
 from kerascope.methods.cam_perturbation import AblationCAM, ScoreCAM
 from kerascope.methods.cam_variants import EigenCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
+from kerascope.methods.coalitions import LIME, FeatureAblation, KernelSHAP, ShapleyExact, ShapleySampling
 from kerascope.methods.deeplift import Deconvnet, DeepLIFT
 from kerascope.methods.gradients import GradientXInput, GuidedBackprop, Saliency
 from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, IntegratedGradients
@@ -18,6 +19,7 @@ __all__ = [
     "DeepLIFT",
     "EigenCAM",
     "ExpectedGradients",
+    "FeatureAblation",
     "GradCAM",
     "GradCAMPlusPlus",
     "GradientSHAP",
@@ -26,12 +28,16 @@ __all__ = [
     "GuidedGradCAM",
     "HiResCAM",
     "IntegratedGradients",
+    "KernelSHAP",
+    "LIME",
     "LayerCAM",
     "Method",
     "Occlusion",
     "RISE",
     "Saliency",
     "ScoreCAM",
+    "ShapleyExact",
+    "ShapleySampling",
     "SmoothGrad",
     "SmoothGradSquared",
     "VarGrad",

@@ -131,7 +131,7 @@ def segmentation(method: str = "slic", **params: Any) -> Callable[[np.ndarray], 
                 out[i] = skseg.slic(image, **kw)
             else:
                 rgb = np.repeat(image, 3, axis=-1) if image.shape[-1] == 1 else image[..., :3]
-                kw = {"kernel_size": 4, "max_dist": 200, "ratio": 0.2, "random_seed": 42, **params}
+                kw = {"kernel_size": 4, "max_dist": 200, "ratio": 0.2, "rng": 42, **params}
                 out[i] = skseg.quickshift(rgb, **kw)
         return out
 

@@ -21,19 +21,32 @@ from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 
 
-def _single_input(inputs: Inputs, method: str) -> np.ndarray:
-    if len(inputs.arrays) != 1:
+def _chosen_input(inputs: Inputs, method: str, input_index: int | None) -> tuple[int, np.ndarray]:
+    count = len(inputs.arrays)
+    if input_index is None and count != 1:
         raise ValueError(
-            f"{method} supports models with one input. Received: {len(inputs.arrays)} inputs. "
-            "Use a gradient method (e.g. IntegratedGradients) for multi-input models."
+            f"{method} perturbs one input; this model takes {count}. Received: input_index=None. "
+            f"Pass input_index= (0 .. {count - 1}) to choose the input to perturb."
         )
-    array = inputs.arrays[0]
+    index = 0 if input_index is None else input_index
+    if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < count:
+        raise ValueError(
+            f"`input_index` must be an input position in [0, {count}). Received: input_index={input_index!r}."
+        )
+    array = inputs.arrays[index]
     if not np.issubdtype(array.dtype, np.floating):
         raise ValueError(
             f"{method} perturbs numeric inputs. Received: inputs of dtype {array.dtype}. "
-            "Token ids cannot be occluded with a constant; explain at the embedding layer instead."
+            "Token ids cannot be occluded with a constant; explain at the embedding layer instead, or use "
+            "FeatureAblation, which replaces tokens by a pad id."
         )
-    return array
+    return int(index), array
+
+
+def _with_input(inputs: Inputs, index: int, array: np.ndarray, owners: np.ndarray) -> Inputs:
+    """The rows ``owners`` of ``inputs`` with input ``index`` replaced by ``array``."""
+    arrays = [array if i == index else a[owners] for i, a in enumerate(inputs.arrays)]
+    return Inputs(inputs.rebuild(arrays))
 
 
 def _per_axis(value: Any, count: int, name: str) -> tuple[int, ...]:
@@ -73,13 +86,16 @@ class Occlusion(Method):
 
     Axes: for ``(N, F)`` inputs the features; for ``(N, ..., C)`` inputs the
     axes between batch and channels (channels last). Attributions have the
-    inputs' shape (equal across channels). Single-input models.
+    inputs' shape (equal across channels). Multi-input models: ``input_index``
+    chooses the input to occlude (the others are kept); attributions are that
+    input's.
 
     Args:
         window: window size, an int (every spatial axis) or one per axis.
         stride: step between windows, likewise; default: the window (no overlap).
         baseline: value written into the window: a number or an array of one
             sample's shape.
+        input_index: which input of a multi-input model to occlude (required there).
 
     Cost: one forward pass per window position per input, plus one.
 
@@ -102,12 +118,14 @@ class Occlusion(Method):
         window: int | tuple[int, ...] = 8,
         stride: int | tuple[int, ...] | None = None,
         baseline: float | np.ndarray = 0.0,
+        input_index: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
         self.window = window
         self.stride = window if stride is None else stride
         self.baseline = baseline
+        self.input_index = input_index
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (an array baseline is reported by its shape).
@@ -124,7 +142,7 @@ class Occlusion(Method):
         return params
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        x = _single_input(inputs, "Occlusion")
+        which, x = _chosen_input(inputs, "Occlusion", self.input_index)
         n = len(x)
         channels = x.ndim >= 3
         spatial = x.shape[1:-1] if channels else x.shape[1:]
@@ -151,7 +169,8 @@ class Occlusion(Method):
             full = mask[..., None] if channels else mask
             occluded = np.where(full, baseline[None], x[owners]).astype(np.float32)
             variant_scores, _ = forward_scores(
-                self.engine, Inputs(occluded), row_targets(targets, resolved, owners), self.batch_size
+                self.engine, _with_input(inputs, which, occluded, owners), row_targets(targets, resolved, owners),
+                self.batch_size,
             )
             reduce_rows(total, owners, scores[owners].astype(np.float64) - variant_scores, mask)
         counts = np.ones(spatial, np.float64)
@@ -232,7 +251,8 @@ class RISE(Method):
     ``S = 1 / (masks * p) * sum_m f(x * M_m) * M_m`` over random smooth masks
     (see :func:`rise_masks`). The masks depend only on ``seed`` and are shared
     by all images of a batch, as in the paper. Images ``(N, H, W, C)``
-    (channels last) of single-input models; returns ``(N, H, W)`` maps.
+    (channels last); returns ``(N, H, W)`` maps. Multi-input models:
+    ``input_index`` chooses the image input to mask (the others are kept).
 
     The paper scores with class probabilities, so ``output`` defaults to
     ``"probabilities"`` here (a model without a softmax gives its raw
@@ -243,6 +263,7 @@ class RISE(Method):
         cell: grid cells per side (the paper's ``s``; an int or ``(h, w)``).
         p: probability that a grid cell is kept.
         seed: seed of the numpy mask generator (``None``: fresh masks each call).
+        input_index: which input of a multi-input model to mask (required there).
 
     Cost: ``masks`` forward passes per image, plus one.
 
@@ -266,6 +287,7 @@ class RISE(Method):
         p: float = 0.5,
         seed: int | None = 0,
         output: str = "probabilities",
+        input_index: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, output=output, **kwargs)
@@ -278,9 +300,10 @@ class RISE(Method):
         self.cell = cell
         self.p = float(p)
         self.seed = seed
+        self.input_index = input_index
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        x = _single_input(inputs, "RISE")
+        index, x = _chosen_input(inputs, "RISE", self.input_index)
         if x.ndim != 4:
             raise ValueError(
                 f"RISE explains images (batch, height, width, channels). Received: inputs with shape {x.shape}."
@@ -298,7 +321,8 @@ class RISE(Method):
             mask = masks[which - first]
             masked = (x[owners] * mask[..., None]).astype(np.float32)
             masked_scores, _ = forward_scores(
-                self.engine, Inputs(masked), row_targets(targets, resolved, owners), self.batch_size
+                self.engine, _with_input(inputs, index, masked, owners), row_targets(targets, resolved, owners),
+                self.batch_size,
             )
             reduce_rows(total, owners, masked_scores.astype(np.float64), mask)
         maps = (total / (self.masks * self.p)).astype(np.float32)

@@ -179,3 +179,57 @@ def test_guided_gradcam(pair, data):
     )
     ours = ks.GuidedGradCAM(model, layer="r2").explain(x, targets).attributions
     assert_close(ours, from_torch(expected))
+
+
+@pytest.fixture(scope="module")
+def superpixels(data):
+    """An 8-superpixel SLIC mask of the first image (scikit-image), shared by the batch."""
+    skseg = pytest.importorskip("skimage.segmentation")
+    x, _ = data
+    seg = skseg.slic(x[0].astype(np.float64), n_segments=12, compactness=0.5, start_label=0, channel_axis=-1)
+    assert len(np.unique(seg)) == seg.max() + 1 >= 6
+    return seg, torch.from_numpy(seg)[None, None].expand(1, CHANNELS, SIZE, SIZE).contiguous()
+
+
+def per_feature(attributions: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """(N, H, W, C) attributions where every element carries its feature's value -> (N, k)."""
+    return np.stack([attributions[:, seg == g, 0][:, 0] for g in range(seg.max() + 1)], axis=1)
+
+
+@pytest.mark.parametrize("baseline", [0.0, 0.3])
+def test_feature_ablation_superpixels(pair, data, superpixels, baseline):
+    model, net = pair
+    x, targets = data
+    seg, mask = superpixels
+    theirs = captum_attr.FeatureAblation(net).attribute(to_torch(x), baselines=baseline,
+                                                        target=torch.from_numpy(targets), feature_mask=mask)
+    ours = ks.FeatureAblation(model, mask=seg, baseline=baseline).explain(x, targets)
+    assert_close(ours.attributions, from_torch(theirs))
+
+
+def test_shapley_sampling_and_kernel_shap_in_expectation(pair, data, superpixels):
+    """Captum's ShapleyValueSampling and KernelShap and kerascope's estimators all approach the exact
+    Shapley values (kerascope's ShapleyExact, itself checked against brute force in test_feature_masks)."""
+    model, net = pair
+    x, targets = data
+    seg, mask = superpixels
+    exact = ks.ShapleyExact(model, mask=seg, baseline=0.3).explain(x, targets).extras["feature_attributions"]
+    scale = np.abs(exact).max()
+    torch.manual_seed(0)
+    svs = captum_attr.ShapleyValueSampling(net).attribute(to_torch(x), baselines=0.3, target=torch.from_numpy(targets),
+                                                          feature_mask=mask, n_samples=30)
+    ours = ks.ShapleySampling(model, mask=seg, baseline=0.3, samples=30).explain(x, targets)
+    theirs = per_feature(from_torch(svs), seg)
+    for estimate in (theirs, ours.extras["feature_attributions"]):
+        np.testing.assert_allclose(estimate.sum(1), exact.sum(1), atol=1e-5)  # both exactly efficient
+        assert np.abs(estimate - exact).max() <= 0.25 * scale
+        assert min(np.corrcoef(e, t)[0, 1] for e, t in zip(estimate, exact)) >= 0.95
+    for i in range(2):  # Captum's KernelShap explains one sample at a time
+        torch.manual_seed(0)
+        kshap = captum_attr.KernelShap(net).attribute(to_torch(x[i:i + 1]), baselines=0.3, target=int(targets[i]),
+                                                      feature_mask=mask, n_samples=200)
+        theirs = per_feature(from_torch(kshap), seg)[0]
+        ours = ks.KernelSHAP(model, mask=seg, baseline=0.3, samples=200).explain(x[i:i + 1], int(targets[i]))
+        for estimate in (theirs, ours.extras["feature_attributions"][0]):
+            np.testing.assert_allclose(estimate.sum(), exact[i].sum(), atol=1e-4)
+            assert np.abs(estimate - exact[i]).max() <= 0.15 * scale

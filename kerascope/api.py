@@ -7,7 +7,7 @@ from typing import Any
 import keras
 
 from kerascope.core.explanation import Explanation
-from kerascope.methods.registry import get
+from kerascope.methods.registry import build
 
 
 def explain(
@@ -24,5 +24,4 @@ def explain(
         >>> ks.explain(m, np.ones((1, 3)), method="saliency", targets=0).method
         'saliency'
     """
-    cls = get(method)
-    return cls(model, **params).explain(inputs, targets)
+    return build(method, model, params).explain(inputs, targets)

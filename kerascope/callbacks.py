@@ -22,7 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from kerascope.methods.registry import accepted_parameters
+from kerascope.methods.registry import build, check_common, method_name, resolve
 from kerascope.viz.overlay import overlay
 
 
@@ -108,11 +108,9 @@ class ExplanationCallback(keras.callbacks.Callback):
             )
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"`every` must be a positive integer. Received: every={every!r}.")
-        from kerascope.methods.registry import get
-
         self.images = images
-        self.method_classes = [get(m) for m in ([method] if isinstance(method, (str, type)) else list(method))]
-        self.methods = [c.name for c in self.method_classes]
+        self.method_classes = [resolve(m) for m in ([method] if isinstance(method, (str, type)) else list(method))]
+        self.methods = [method_name(c) for c in self.method_classes]
         self.targets = targets
         self.every = every
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -122,14 +120,7 @@ class ExplanationCallback(keras.callbacks.Callback):
         self.tag = tag
         self.batch_size = batch_size
         self.method_params = method_params
-        accepted = {c.name: accepted_parameters(c) for c in self.method_classes}
-        unused = sorted(set(method_params) - set().union(*accepted.values()))
-        if unused:
-            raise ValueError(
-                f"No method takes these parameters. Received: {unused} for methods {self.methods}. "
-                f"Accepted: {sorted(set().union(*accepted.values()) - {'model'})}."
-            )
-        self._params = {name: {k: v for k, v in method_params.items() if k in keys} for name, keys in accepted.items()}
+        check_common(self.method_classes, method_params)
         self.written: list[Path] = []
         self.summaries = 0
         self.seconds: list[float] = []
@@ -153,8 +144,8 @@ class ExplanationCallback(keras.callbacks.Callback):
         if (epoch + 1) % self.every:
             return
         start = time.perf_counter()
-        for cls in self.method_classes:
-            explainer = cls(self.model, **{"batch_size": self.batch_size, **self._params[cls.name]})
+        for cls, name in zip(self.method_classes, self.methods):
+            explainer = build(cls, self.model, common={"batch_size": self.batch_size, **self.method_params})
             explanation = explainer.explain(self.images, self.targets)
             attributions = explanation.attributions
             attributions = attributions[0] if isinstance(attributions, (list, tuple)) else attributions
@@ -168,12 +159,12 @@ class ExplanationCallback(keras.callbacks.Callback):
                 for image, attribution in zip(self._display, attributions)
             ])
             if self.png_dir is not None:
-                self._write_pngs(cls.name, epoch, pictures)
+                self._write_pngs(name, epoch, pictures)
             if self._writer is not None:
                 with self._writer.as_default():
                     write_image_summary(
-                        f"{self.tag}/{cls.name}", pictures, step=epoch,
-                        description=f"{cls.name} overlays, targets {explanation.targets.tolist()}",
+                        f"{self.tag}/{name}", pictures, step=epoch,
+                        description=f"{name} overlays, targets {explanation.targets.tolist()}",
                     )
                 self._writer.flush()
                 self.summaries += 1

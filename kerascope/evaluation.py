@@ -200,28 +200,26 @@ def bundled_data(n: int = 32, seed: int = 2024, size: int = 64) -> tuple[np.ndar
 
 
 def _explainers(methods: Sequence[Any] | None, baselines: bool, batch_size: int, seed: int) -> list[tuple[str, Any]]:
-    from kerascope.methods.registry import available, get
+    from kerascope.methods.base import Method
+    from kerascope.methods.registry import available, method_name, resolve
 
     chosen: list[tuple[str, Any]] = []
     for m in (available() if methods is None else methods):
-        if isinstance(m, str):
-            cls = get(m)
-            chosen.append((cls.name, cls))
-        elif isinstance(m, type):
-            chosen.append((getattr(m, "name", m.__name__), m))
-        elif callable(m):
-            chosen.append((getattr(m, "__name__", "custom"), m))
-        else:
+        spec = resolve(m)
+        if isinstance(spec, Method):  # the benchmark re-builds each method on randomised copies of the model
             raise TypeError(f"Methods must be names, Method classes or callables. Received: {m!r}.")
+        chosen.append((method_name(spec), spec))
     if baselines:
         chosen += [("random (reference)", random_map(seed)), ("constant (reference)", constant_map)]
     return chosen
 
 
 def _runner(spec: Any, batch_size: int) -> Callable[[keras.Layer, Any, Any], np.ndarray]:
+    from kerascope.methods.registry import build
+
     if isinstance(spec, type):
-        return lambda model, x, t: spec(model, batch_size=batch_size).explain(x, t).attributions
-    return spec
+        return lambda model, x, t: build(spec, model, common={"batch_size": batch_size}).explain(x, t).attributions
+    return spec  # a callable is called as it is: it may return anything `to_maps` reads
 
 
 def benchmark(

@@ -15,7 +15,7 @@ import numpy as np
 from kerascope.core.engine import engine_for
 from kerascope.core.progress import progress_bar
 from kerascope.io.images import load_images, model_image_size
-from kerascope.methods.registry import accepted_parameters, get
+from kerascope.methods.registry import build, check_common, method_name
 from kerascope.report.html import ReportEntry, write_report
 from kerascope.viz.overlay import save_overlay
 
@@ -107,15 +107,10 @@ def explain_images(
         size = (h, w)
     else:
         channels = model_image_size(model)[2] if getattr(model, "inputs", None) else 3
-    classes = [get(name) for name in methods]
-    unused = set(common_params or {}) - set().union(*(accepted_parameters(c) for c in classes))
-    if unused:
-        raise ValueError(
-            f"No chosen method accepts the parameter(s) {sorted(unused)}. Received methods: "
-            f"{[c.name for c in classes]}. See docs/methods.md for each method's parameters."
-        )
+    names = [method_name(m) for m in methods]
+    check_common(list(methods), common_params)
     batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
-    summary = RunSummary(out_dir=str(out), methods=[c.name for c in classes], errors=dict(batch.errors))
+    summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors))
     summary.failed = len(batch.errors)
     entries: list[ReportEntry] = []
     if len(batch):
@@ -132,21 +127,19 @@ def explain_images(
         overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
         params = method_params or {}
         explained: np.ndarray | None = None
-        for cls in progress_bar(classes, enabled=progress, desc="methods", unit="method"):
-            kwargs: dict[str, Any] = {"batch_size": batch_size, "progress": progress and len(classes) == 1}
-            accepted = accepted_parameters(cls)
-            kwargs.update({k: v for k, v in (common_params or {}).items() if k in accepted})
-            kwargs.update(params.get(cls.name, {}))
-            if layer is not None and "layer" in accepted:
-                kwargs.setdefault("layer", layer)
-            explanation = cls(model, **kwargs).explain(batch.inputs, targets)
+        common: dict[str, Any] = {"batch_size": batch_size, "progress": progress and len(methods) == 1}
+        if layer is not None:
+            common["layer"] = layer
+        common.update(common_params or {})
+        for spec, name in progress_bar(list(zip(methods, names)), enabled=progress, desc="methods", unit="method"):
+            explanation = build(spec, model, params.get(name, {}), common).explain(batch.inputs, targets)
             explanation.extras["paths"] = np.array([str(p) for p in batch.paths])
-            explanation.save(out / f"{cls.name}.npz")
+            explanation.save(out / f"{name}.npz")
             explained = explanation.targets
             for i, stem in enumerate(stems):
-                rel = f"overlays/{stem}_{cls.name}.png"
+                rel = f"overlays/{stem}_{name}.png"
                 save_overlay(out / rel, batch.pixels[i], explanation.attributions[i], cmap=cmap, alpha=alpha)
-                overlays[stem][cls.name] = rel
+                overlays[stem][name] = rel
         names = list(class_names) if class_names else [str(i) for i in range(probs.shape[-1])]
         for i, (stem, path) in enumerate(zip(stems, batch.paths)):
             order = np.argsort(-probs[i])[:top_k]

@@ -103,5 +103,5 @@ def test_argument_errors():
         ExplanationCallback(np.zeros((1, 4, 4, 3)), every=0, png_dir="x")
     with pytest.raises(ValueError, match="Unknown method"):
         ExplanationCallback(np.zeros((1, 4, 4, 3)), method="nope", png_dir="x")
-    with pytest.raises(ValueError, match="No method takes these parameters"):
+    with pytest.raises(ValueError, match="No chosen method accepts the parameter"):
         ExplanationCallback(np.zeros((1, 4, 4, 3)), method="saliency", png_dir="x", layr="conv")

@@ -78,11 +78,9 @@ class BatchExplainer:
 
     def __init__(self, config: WorkerConfig, model_bytes: bytes | None = None) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        from kerascope.core.inputs import Inputs
-        from kerascope.core.layers import path_of
         from kerascope.io.images import model_image_size
         from kerascope.io.models import load_model
-        from kerascope.methods.registry import accepted_parameters, get
+        from kerascope.methods.registry import build
 
         self.config = config
         if model_bytes is not None:  # a cluster node may not see the driver's files: the model travels as bytes
@@ -96,15 +94,15 @@ class BatchExplainer:
         if config.size is not None:
             h, w = config.size
         self.input_shape: tuple[int | None, ...] = (h, w, c)
-        cls = get(config.method)
         params = dict(config.method_params)
-        params.setdefault("batch_size", config.batch_size)
-        self.method = cls(self.model, **params)
-        accepts_layer = "layer" in accepted_parameters(cls)
-        if accepts_layer and getattr(self.method, "layer", 0) is None and hasattr(self.method, "resolve_layer"):
-            # Resolve the default layer once (it costs a forward pass) instead of once per batch.
-            probe_input = np.zeros((1, *[d or 32 for d in self.input_shape]), np.float32)
-            self.method.layer = path_of(self.model, self.method.resolve_layer(Inputs(probe_input)))
+        common = {"batch_size": config.batch_size}
+        self.method = build(config.method, self.model, params, common)
+        # Pin what depends on the data (a CAM's default layer costs a forward pass) once, not per batch.
+        probe_input = np.zeros((1, *[d or 32 for d in self.input_shape]), np.float32)
+        before = self.method.params()
+        pinned = {k: v for k, v in self.method.resolved_params(probe_input).items() if before.get(k) != v}
+        if pinned:
+            self.method = build(config.method, self.model, {**params, **pinned}, common)
         self._map_shape: tuple[int, ...] | None = None
         self._ids: list[str] | None = None
 

@@ -23,6 +23,15 @@ from kerascope import _backend
 from kerascope.core import targets as targets_lib
 from kerascope.core.inputs import Inputs, check_against_model
 from kerascope.core.layers import find_layer, iter_layers, path_of
+from kerascope.core.output_space import (
+    OUTPUT_SPACES,
+    SATURATED_HIGH,
+    SATURATED_LOW,
+    OutputSpace,
+    is_softmax_of,
+    saturation_message,
+    softmax_outputs,
+)
 from kerascope.core.probe import (
     bypass_softmax,
     other_activations,
@@ -33,12 +42,17 @@ from kerascope.core.probe import (
 )
 from kerascope.core.progress import progress_bar
 
-OUTPUT_SPACES = ("logits", "probabilities")
-SATURATED_LOW = 1e-12
-"""Target probabilities at or below this are saturated: their gradients are ~1e-12 x the logits'."""
-SATURATED_HIGH = 1e-6
-"""Target probabilities within this of 1 are saturated: ``1 - p`` is at float32 rounding level."""
+__all__ = [
+    "OUTPUT_SPACES", "RULES", "SATURATED_HIGH", "SATURATED_LOW", "ChunkScorer", "Engine", "GradientResult",
+    "Transform", "engine_for",
+]
+
 RULES = (None, "guided", "deconvnet", "deeplift")
+
+Transform = Callable[[Any, Any], Any]
+"""``transform(layer_output, extra)``: what a layer's output becomes in :meth:`Engine.scorer`."""
+ChunkScorer = Callable[..., tuple[np.ndarray, np.ndarray]]
+"""``(arrays, indices, extra=None) -> (scores, resolved_targets)`` for one chunk (see :meth:`Engine.scorer`)."""
 
 
 @dataclass
@@ -94,17 +108,34 @@ class Engine:
                 f"model of type {type(model).__module__}.{type(model).__name__}. "
                 "Load files with `kerascope.load_model(path)`."
             )
-        if output not in OUTPUT_SPACES:
-            raise ValueError(f"Unknown output space. Received: output={output!r}. Expected one of {OUTPUT_SPACES}.")
+        self.space = OutputSpace(output, output_index)
         self._model_ref = weakref.ref(model)
-        self.output = output
-        self.output_index = output_index
         self.jit_compile = jit_compile
         self.output_layer = output_layer
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
-        self._bypassed: list[keras.Layer] | None = None
-        self._probabilities_out = False
+
+    @property
+    def output(self) -> str:
+        """``"logits"`` (a final softmax bypassed) or ``"probabilities"``.
+
+        Example:
+            >>> import keras
+            >>> Engine(keras.Sequential([keras.Input((1,))])).output
+            'logits'
+        """
+        return self.space.output
+
+    @property
+    def output_index(self) -> int | str | None:
+        """Which output of a multi-output model is explained (index or name; ``None``: the only one).
+
+        Example:
+            >>> import keras
+            >>> Engine(keras.Sequential([keras.Input((1,))]), output_index=0).output_index
+            0
+        """
+        return self.space.output_index
 
     @property
     def model(self) -> keras.Layer:
@@ -134,7 +165,7 @@ class Engine:
             >>> e.forward_gives_probabilities
             False
         """
-        return self._probabilities_out and not (self.output == "logits" and self._bypassed)
+        return self.space.gives_probabilities
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """Return the value cached under ``key`` for this model, computing it once.
@@ -198,40 +229,40 @@ class Engine:
         structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])
         return self.memo(("layer_index", structure), build)
 
-    def _select(self, outputs: Any) -> Any:
-        if isinstance(outputs, dict):
-            keys = list(outputs)
-            key = self.output_index
-            if key is None:
-                if len(keys) > 1:
-                    raise ValueError(
-                        f"The model has several outputs {keys}; choose one with `output_index=` "
-                        "or pass a callable target. Received: output_index=None."
-                    )
-                key = keys[0]
-            if isinstance(key, int):
-                key = keys[key]
-            if key not in outputs:
-                raise ValueError(f"Unknown output. Received: output_index={key!r}. Available outputs: {keys}.")
-            return outputs[key]
-        if isinstance(outputs, (list, tuple)):
-            index = self.output_index
-            if isinstance(index, str):
-                names = list(getattr(self.model, "output_names", []) or [])
-                if index not in names:
-                    raise ValueError(
-                        f"Unknown output. Received: output_index={index!r}. Available outputs: {names}."
-                    )
-                index = names.index(index)
-            if index is None:
-                if len(outputs) > 1:
-                    raise ValueError(
-                        f"The model has {len(outputs)} outputs; choose one with `output_index=` "
-                        "or pass a callable target. Received: output_index=None."
-                    )
-                index = 0
-            return outputs[index]
-        return outputs
+    def select(self, outputs: Any) -> Any:
+        """The explained output (``output_index``) of the model's outputs.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> i = keras.Input((2,))
+            >>> m = keras.Model(i, {"a": keras.layers.Dense(1)(i), "b": keras.layers.Dense(3)(i)})
+            >>> tuple(Engine(m, output_index="b").select(m(np.ones((1, 2)))).shape)
+            (1, 3)
+        """
+        return self.space.select(outputs, self.model)
+
+    def prepare(self, inputs: Any, targets: Any = None) -> tuple[Inputs, np.ndarray, Callable | None]:
+        """Validate ``inputs`` against the model and encode ``targets``: ``(inputs, indices, target_fn)``.
+
+        ``indices`` holds one class index per sample (``-1``: the predicted class)
+        and ``target_fn`` is the callable target (else ``None``). Class indices are
+        checked against the explained output's size, and the output space's softmax
+        detection runs once (one forward pass on one sample).
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> x, indices, fn = Engine(m).prepare(np.ones((2, 3)), None)
+            >>> indices.tolist(), fn
+            ([-1, -1], None)
+        """
+        prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
+        check_against_model(self.model, prepared)
+        indices, target_fn = targets_lib.encode(targets, prepared.batch_size)
+        self._detect_softmax(prepared)
+        if target_fn is None:
+            self._check_target_range(prepared, indices)
+        return prepared, indices, target_fn
 
     def explained_layer(self) -> keras.Layer | None:
         """The layer whose output is explained instead of the model's (``output_layer=``), or None.
@@ -267,76 +298,28 @@ class Engine:
         return outputs if recorder is None else recorder.last(layer)
 
     def _detect_softmax(self, inputs: Inputs) -> None:
-        """Find the softmax layers whose output *is* a model output (one eager pass on 1 sample)."""
-        if self._bypassed is not None:
+        """Probe the softmax candidates in one eager pass on 1 sample; the output space decides."""
+        if self.space.detected:
             return
         candidates = softmax_candidates(self.model)
         first = [a[:1] for a in inputs.arrays]
         with contextlib.ExitStack() as stack:
             rec = stack.enter_context(probe(candidates))
             explained = self.call_model(inputs.model_arg(first), stack)
-            outputs = explained if self.output_layer is None else None
-        if outputs is None:  # output_layer: its output is explained as it is, nothing bypassed
-            self._bypassed = []
-            outputs = explained
-        else:
-            flat_outputs = [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(outputs)]
-            bypassed = []
-            for layer in candidates:
-                for seen in rec.outputs.get(id(layer), []):
-                    value = keras.ops.convert_to_numpy(seen)
-                    if any(o.shape == value.shape and np.allclose(o, value) for o in flat_outputs):
-                        bypassed.append(layer)
-                        break
-            self._bypassed = bypassed
+        # output_layer: its output is explained as it is, nothing bypassed
+        found = [] if self.output_layer is not None else softmax_outputs(candidates, rec.outputs, explained)
         try:  # several outputs and no output_index: only a callable target can say which one
-            chosen = keras.ops.convert_to_numpy(self._select(outputs))
+            chosen = keras.ops.convert_to_numpy(self.select(explained))
         except ValueError:
-            self._probabilities_out = False
-            return
-        self._probabilities_out = bool(
-            chosen.ndim >= 2
-            and chosen.shape[-1] > 1
-            and np.all(chosen >= 0)
-            and np.allclose(chosen.sum(axis=-1), 1.0, atol=1e-3)
-        )
+            chosen = None
+        self.space.settle(found, chosen)
 
     def _check_saturation(self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = ()) -> None:
-        """Warn when the explained probabilities are saturated (their gradients vanish or underflow).
-
-        The gradient of a probability ``p`` is proportional to ``p`` (and to ``1 - p`` for the
-        winning class): below ``SATURATED_LOW`` or above ``1 - SATURATED_HIGH`` the float32
-        backward pass loses the map (p = 1.8e-25 gives a ~1e-30 map). A sample whose whole
-        input gradient is below ``1e-30`` in magnitude also counts.
-        """
-        if self.output != "logits" or self._bypassed or not self._probabilities_out:
-            return
-        low = scores <= SATURATED_LOW
-        high = scores >= 1.0 - SATURATED_HIGH
-        for grad in input_grads:
-            flat = np.abs(np.asarray(grad, np.float64)).reshape(len(grad), -1)
-            if flat.shape == (len(scores), flat.shape[1]) and flat.size:
-                low |= flat.max(axis=1) < 1e-30
-        if not np.any(low | high):
-            return
-        bad = np.flatnonzero(low | high)
-        logits = self._logits_layer(inputs)
-        advice = (
-            f"Explain the layer before the softmax with `output_layer={logits!r}` (its output looks "
-            "like the logits)"
-            if logits is not None
-            else "Explain the layer that computes the logits with `output_layer='<layer path>'` "
-            "(see `kerascope.layers(model)`)"
-        )
-        warnings.warn(
-            f"Model {self.model.name!r} outputs saturated probabilities (target scores like "
-            f"{float(scores[bad[0]]):.3g} for samples {bad.tolist()[:10]}) and kerascope found no "
-            "softmax layer or activation to bypass (e.g. `tf.nn.softmax` inside a subclassed `call`). "
-            "Gradients of saturated probabilities vanish or underflow in float32, so the map is "
-            f"meaningless. {advice}, or apply the softmax outside the model.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        """Warn when the explained probabilities are saturated (see :meth:`OutputSpace.saturated`)."""
+        bad = self.space.saturated(scores, input_grads)
+        if len(bad):
+            message = saturation_message(self.model.name, scores, bad, self._logits_layer(inputs))
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _logits_layer(self, inputs: Inputs) -> str | None:
         """Path of the last layer whose output, softmaxed, equals the model's output (or None)."""
@@ -344,20 +327,16 @@ class Engine:
         with probe(candidates) as rec:
             outputs = self.model(inputs.model_arg([a[:1] for a in inputs.arrays]), training=False)
         try:
-            probs = keras.ops.convert_to_numpy(self._select(outputs)).astype(np.float64)
+            probs = keras.ops.convert_to_numpy(self.select(outputs)).astype(np.float64)
         except ValueError:
             return None
         found = None
         for layer_id, calls in rec.outputs.items():
             try:
-                value = keras.ops.convert_to_numpy(calls[-1]).astype(np.float64)
+                value = keras.ops.convert_to_numpy(calls[-1])
             except Exception:
                 continue
-            if value.shape != probs.shape or value.ndim < 2:
-                continue
-            shifted = np.exp(value - value.max(axis=-1, keepdims=True))
-            soft = shifted / shifted.sum(axis=-1, keepdims=True)
-            if np.allclose(soft, probs, rtol=1e-3, atol=1e-6) and not np.allclose(value, probs):
+            if is_softmax_of(value, probs):
                 found = next(layer for layer in candidates if id(layer) == layer_id)
         return None if found is None else self.path_of(found)
 
@@ -393,9 +372,38 @@ class Engine:
             >>> Engine(m).bypassed_layers
             []
         """
-        return [self.path_of(layer) for layer in self._bypassed or []]
+        return [self.path_of(layer) for layer in self.space.softmax_layers or []]
 
     # ------------------------------------------------------------------- core
+    def _call_model(
+        self,
+        model_arg: Callable[[list[Any]], Any],
+        arrays: list[Any],
+        bypass: Sequence[keras.Layer],
+        layers: Sequence[keras.Layer] = (),
+        transform: Callable[[int, keras.Layer, Any], Any] | None = None,
+        rule: str | None = None,
+    ) -> tuple[Any, Any]:
+        """What every compiled function (gradients, forward, scorer) traces: ``(explained, recorder)``.
+
+        ``layers`` are probed (outputs recorded, replaced by ``transform(i, layer, output)``
+        when given) and ReLU gradients overridden by ``rule``, then :meth:`call_model` (the
+        softmax layers in ``bypass`` made linear, ``output_layer`` read); all undone on return.
+        """
+        with contextlib.ExitStack() as stack:
+            if rule is not None:
+                backend = _backend.get()
+                stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
+            recorder = stack.enter_context(probe(layers, transform))
+            outputs = self.call_model(model_arg(arrays), stack, bypass)
+        return outputs, recorder
+
+    def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:
+        """``(scores, resolved targets)`` of the model outputs (inside a compiled function)."""
+        if target_fn is not None:
+            return keras.ops.reshape(target_fn(outputs), (-1,)), indices
+        return targets_lib.class_scores(self.select(outputs), indices)
+
     def _build(
         self,
         inputs: Inputs,
@@ -407,15 +415,13 @@ class Engine:
         replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
     ) -> Callable:
         replace = len(replace_specs)
-        backend = _backend.get()
-        bypass = list(self._bypassed or []) if self.output == "logits" else []
+        bypass = self.space.bypass()
         owner = weakref.ref(self)
         layer_names = [self.path_of(layer) for layer in layers]
         model_arg = inputs.structurer()
 
         def forward(arrays: list[Any], indices: Any, transform: Callable) -> tuple[Any, Any, list[Any]]:
             engine = owner()
-            model = engine.model
             if replace:  # the last `replace` arrays replace the outputs of the first probed layers
                 arrays, values = arrays[: len(arrays) - replace], arrays[len(arrays) - replace:]
 
@@ -425,18 +431,8 @@ class Engine:
                     return transform(i, layer, output)
             else:
                 replaced = transform
-            with contextlib.ExitStack() as stack:
-                if rule is not None:
-                    stack.enter_context(
-                        override_relu_gradients(model, lambda f: backend.modified_relu(f, rule))
-                    )
-                recorder = stack.enter_context(probe(layers, replaced))
-                outputs = engine.call_model(model_arg(arrays), stack, bypass)
-            if target_fn is not None:
-                scores = keras.ops.reshape(target_fn(outputs), (-1,))
-                resolved = indices
-            else:
-                scores, resolved = targets_lib.class_scores(engine._select(outputs), indices)
+            outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule)
+            scores, resolved = engine._target_scores(outputs, indices, target_fn)
             return scores, resolved, [recorder.last(layer) for layer in layers]
 
         def on_trace() -> None:
@@ -444,7 +440,7 @@ class Engine:
             if engine is not None:
                 engine.trace_count += 1
 
-        return backend.compile_gradients(
+        return _backend.get().compile_gradients(
             forward,
             input_specs=inputs.specs + list(replace_specs),
             wrt_inputs=wrt_inputs,
@@ -467,7 +463,7 @@ class Engine:
         batch_size: int = 32,
         progress: bool = False,
     ) -> GradientResult:
-        """Scores, input gradients, layer activations/gradients and weight gradients.
+        """Differentiate: scores, input gradients, layer activations/gradients and weight gradients.
 
         Args:
             inputs: array, list or dict of arrays with a leading batch axis.
@@ -495,8 +491,7 @@ class Engine:
             raise ValueError(f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES}.")
         if rule in ("guided", "deconvnet"):
             self._check_relus(rule)
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
+        _check_batch_size(batch_size)
         prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
         check_against_model(self.model, prepared)
         resolved_layers = tuple(self.resolve_layers(layers))
@@ -508,13 +503,10 @@ class Engine:
                 f"{prepared.batch_size} samples."
             )
         replace_specs = tuple((r.shape, r.dtype.name) for r in replace)
-        indices, target_fn = targets_lib.encode(targets, prepared.batch_size)
-        self._detect_softmax(prepared)
-        if target_fn is None:
-            self._check_target_range(prepared, indices)
+        prepared, indices, target_fn = self.prepare(prepared, targets)
         key = (
             resolved_layers, wrt_inputs, tuple(id(w) for w in weights), rule, target_fn,
-            tuple((s[1:], d) for s, d in prepared.specs), tuple((s[1:], d) for s, d in replace_specs),
+            _signature(prepared), tuple((s[1:], d) for s, d in replace_specs),
         )
         fn = self._compiled.get(key)
         if fn is None:
@@ -531,17 +523,17 @@ class Engine:
         return result
 
     def _check_target_range(self, inputs: Inputs, indices: np.ndarray) -> None:
-        key = ("output_shape", tuple((s[1:], d) for s, d in inputs.specs))
+        key = ("output_shape", _signature(inputs))
         if key not in self._compiled:  # symbolic shape inference once per input signature
             try:
                 if self.output_layer is not None:  # no symbolic pass reaches an inner layer: one eager sample
                     with contextlib.ExitStack() as stack:
                         out = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-                    self._compiled[key] = tuple(self._select(out).shape)
+                    self._compiled[key] = tuple(self.select(out).shape)
                 else:
                     spec = self.model.compute_output_spec(inputs.model_arg(
                         [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays]))
-                    self._compiled[key] = self._select(spec).shape
+                    self._compiled[key] = self.select(spec).shape
             except Exception:
                 self._compiled[key] = None
         shape = self._compiled[key]
@@ -562,21 +554,135 @@ class Engine:
         prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
         check_against_model(self.model, prepared)
         self._detect_softmax(prepared)
-        key = ("forward", tuple((s[1:], d) for s, d in prepared.specs))
+        key = ("forward", _signature(prepared))
         fn = self._compiled.get(key)
         if fn is None:
-            bypass = list(self._bypassed or []) if self.output == "logits" else []
+            bypass = self.space.bypass()
             owner = weakref.ref(self)
             model_arg = prepared.structurer()
 
             def run(arrays: list[Any]) -> Any:
-                with contextlib.ExitStack() as stack:
-                    return owner().call_model(model_arg(arrays), stack, bypass)
+                return owner()._call_model(model_arg, arrays, bypass)[0]
 
             fn = _backend.get().compile_forward(run, input_specs=prepared.specs, jit_compile=self.jit_compile)
             self._compiled[key] = fn
         outs = [fn(arrays) for _, arrays in prepared.chunks(batch_size)]
         return keras.tree.map_structure(lambda *xs: np.concatenate(xs, axis=0), *outs)
+
+    def scorer(
+        self,
+        inputs: Inputs,
+        *,
+        target_fn: Callable[[Any], Any] | None = None,
+        layer: keras.Layer | None = None,
+        transform: Transform | None = None,
+        extra_spec: tuple[tuple[int | None, ...], str] | None = None,
+    ) -> ChunkScorer:
+        """Compiled ``(arrays, indices, extra) -> (scores, resolved_targets)``: target scores, forward only.
+
+        ``arrays`` are the model inputs of one chunk (rows = variants), ``indices``
+        the class index per row (``-1``: predicted class) and ``extra`` the rows of
+        the extra input described by ``extra_spec`` (``(shape, dtype)``, batch axis
+        first) that ``transform(layer_output, extra)`` reads: ``layer``'s output is
+        replaced for the call (e.g. one channel zeroed per row), the model is never
+        modified. With ``target_fn`` (a callable target ``outputs -> (batch,)``)
+        ``indices`` are passed through. One compiled function per (layer, transform,
+        target, shapes) is cached, with a ``None`` batch dimension (no retracing per
+        chunk size); ``transform`` should be a module-level function so the cache can
+        reuse it.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> d = keras.layers.Dense(2, use_bias=False, kernel_initializer="ones", name="d")
+            >>> m = keras.Sequential([keras.Input((2,)), d, keras.layers.Dense(1, kernel_initializer="ones")])
+            >>> def scale(output, factor):
+            ...     return output * keras.ops.expand_dims(factor, -1)
+            >>> x = Inputs(np.ones((2, 2)))
+            >>> fn = Engine(m).scorer(x, layer=d, transform=scale, extra_spec=((None,), "float32"))
+            >>> fn(x.arrays, np.zeros(2, "int32"), np.array([1.0, 0.0], "float32"))[0].tolist()
+            [4.0, 0.0]
+        """
+        if (layer is None) != (transform is None):
+            raise ValueError(
+                "`layer` and `transform` go together. Received: "
+                f"layer={getattr(layer, 'name', layer)!r}, transform={transform!r}."
+            )
+        self._detect_softmax(inputs)
+        extra_key = None if extra_spec is None else (tuple(extra_spec[0][1:]), extra_spec[1])
+        key = ("intervene", layer, transform, target_fn, _signature(inputs), extra_key)
+        cached = self._compiled.get(key)
+        if cached is not None:
+            return cached
+
+        bypass = self.space.bypass()
+        owner = weakref.ref(self)
+        model_arg = inputs.structurer()
+        count = len(inputs.arrays)
+        probed = [layer] if layer is not None else []
+
+        def run(flat: list[Any]) -> dict[str, Any]:
+            engine = owner()
+            arrays, indices = flat[:count], flat[count]
+            extra = flat[count + 1] if extra_spec is not None else None
+            replace = None if transform is None else (lambda _i, _l, out: transform(out, extra))
+            outputs = engine._call_model(model_arg, arrays, bypass, probed, replace)[0]
+            scores, resolved = engine._target_scores(outputs, indices, target_fn)
+            return {"scores": keras.ops.cast(scores, "float32"), "targets": resolved}
+
+        all_specs = list(inputs.specs) + [((None,), "int32")] + ([extra_spec] if extra_spec is not None else [])
+        compiled = _backend.get().compile_forward(run, input_specs=all_specs, jit_compile=self.jit_compile)
+
+        def scorer(arrays: list[np.ndarray], indices: np.ndarray, extra: np.ndarray | None = None) -> tuple[
+            np.ndarray, np.ndarray
+        ]:
+            flat = list(arrays) + [np.asarray(indices, np.int32)]
+            if extra_spec is not None:
+                if extra is None:
+                    raise ValueError(
+                        "This scorer was compiled with `extra_spec`; pass `extra` rows. Received: extra=None."
+                    )
+                flat.append(np.asarray(extra, dtype=extra_spec[1]))
+            out = compiled(flat)
+            return np.asarray(out["scores"], np.float32), np.asarray(out["targets"]).astype(np.int64)
+
+        scorer.engine = self  # type: ignore[attr-defined]  # keeps its engine alive (a collectable cycle)
+        self._compiled[key] = scorer
+        return scorer
+
+    def scores(self, inputs: Any, targets: Any = None, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """Score: the targets' scores and the resolved targets, from forward passes only (no gradients).
+
+        ``targets`` as everywhere (int, list, None = predicted class, callable).
+        Returns ``(scores (N,), targets (N,))``; scores are picked inside the
+        compiled forward pass, so only ``(rows,)`` values come back per chunk.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, use_bias=False)])
+            >>> m.layers[0].set_weights([np.array([[1.0, 0.0], [0.0, 2.0]])])
+            >>> s, t = Engine(m).scores(np.ones((1, 2)))
+            >>> s.tolist(), t.tolist()
+            ([2.0], [1])
+        """
+        _check_batch_size(batch_size)
+        prepared, indices, target_fn = self.prepare(inputs, targets)
+        scorer = self.scorer(prepared, target_fn=target_fn)
+        scores, resolved = [], []
+        for part, arrays in prepared.chunks(batch_size):
+            s, t = scorer(arrays, indices[part])
+            scores.append(s)
+            resolved.append(indices[part] if target_fn is not None else t)
+        return np.concatenate(scores), np.concatenate(resolved).astype(np.int64)
+
+
+def _signature(inputs: Inputs) -> tuple[Any, ...]:
+    """Per-sample shapes and dtypes of the inputs: the part of a cache key that depends on them."""
+    return tuple((s[1:], d) for s, d in inputs.specs)
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
 
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:

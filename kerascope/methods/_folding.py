@@ -14,16 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from kerascope.core import targets as targets_lib
 from kerascope.core.engine import Engine
-from kerascope.core.inputs import Inputs, check_against_model
-from kerascope.core.intervene import compile_scorer
+from kerascope.core.inputs import Inputs
 
 
 def forward_scores(
     engine: Engine, inputs: Inputs, targets: Any, batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Target scores and resolved targets from forward passes only (no gradients).
+    """Target scores and resolved targets from forward passes only (``engine.scores``).
 
     ``targets`` as everywhere (int, list, None = predicted class, callable).
     Returns ``(scores (N,), targets (N,))``.
@@ -37,19 +35,7 @@ def forward_scores(
         >>> s.tolist(), t.tolist()
         ([2.0], [1])
     """
-    indices, target_fn = targets_lib.encode(targets, inputs.batch_size)
-    check_against_model(engine.model, inputs)
-    if target_fn is None:
-        engine._check_target_range(inputs, indices)
-    # Scores are picked inside the compiled forward pass: only (rows,) values come back, and no
-    # eager op runs per chunk (that per-chunk overhead showed up in Occlusion / RISE timings).
-    scorer = compile_scorer(engine, inputs, target_fn=target_fn)
-    scores, resolved = [], []
-    for part, arrays in inputs.chunks(batch_size):
-        s, t = scorer(arrays, indices[part])
-        scores.append(s)
-        resolved.append(indices[part] if target_fn is not None else t)
-    return np.concatenate(scores), np.concatenate(resolved).astype(np.int64)
+    return engine.scores(inputs, targets, batch_size)
 
 
 def row_targets(targets: Any, resolved: np.ndarray, owners: np.ndarray) -> Any:

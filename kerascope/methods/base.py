@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import keras
+import numpy as np
 
 from kerascope.core.engine import Engine, engine_for
 from kerascope.core.explanation import Explanation
@@ -95,6 +96,23 @@ class Method:
         skip = {"model", "engine", "progress"}
         return {k: v for k, v in vars(self).items() if k not in skip and not k.startswith("_")}
 
+    def resolved_params(self, inputs: Any = None) -> dict[str, Any]:
+        """The hyper-parameters as they apply to ``inputs``: defaults that depend on the data resolved.
+
+        A CAM's ``layer=None`` becomes the path of the layer it would use (found
+        with one forward pass, cached on the engine). Building the method again
+        with these parameters pins them, so later calls skip the resolution.
+        Without ``inputs`` (or for methods with nothing to resolve) it equals
+        :meth:`params`.
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c")])
+            >>> ks.GradCAM(m).resolved_params(np.zeros((1, 8, 8, 1)))["layer"]
+            'c'
+        """
+        return self.params()
+
     def explain(self, inputs: Any, targets: Any = None) -> Explanation:
         """Explain ``inputs`` for ``targets`` (None = the predicted class).
 
@@ -135,3 +153,62 @@ class Method:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({params})"
+
+
+class FunctionMethod(Method):
+    """A callable ``(model, inputs, targets) -> attributions`` used as a method.
+
+    What :func:`kerascope.methods.registry.build` returns for a callable spec, so
+    every caller handles one kind of object. ``explain`` returns the callable's
+    :class:`~kerascope.core.explanation.Explanation` as is, or wraps its arrays in
+    one (targets: the requested class indices, ``-1`` for "predicted"; scores: NaN).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        >>> def ones(model, x, t):
+        ...     return np.ones_like(x)
+        >>> e = FunctionMethod(m, ones).explain(np.zeros((2, 3)), 1)
+        >>> e.method, e.attributions.shape, e.targets.tolist()
+        ('ones', (2, 3), [1, 1])
+    """
+
+    def __init__(self, model: keras.Layer, function: Any, *, batch_size: int = 32) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self.function = function
+        self.name = getattr(function, "__name__", "custom")  # type: ignore[misc]
+
+    def params(self) -> dict[str, Any]:
+        """Nothing to report: the callable holds its own parameters.
+
+        Example:
+            >>> import keras
+            >>> FunctionMethod(keras.Sequential([keras.Input((1,))]), print).params()
+            {}
+        """
+        return {}
+
+    def explain(self, inputs: Any, targets: Any = None) -> Explanation:
+        """Call the function; wrap plain attributions in an Explanation.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> FunctionMethod(m, lambda model, x, t: x).explain(np.ones((1, 3))).scores.shape
+            (1,)
+        """
+        from kerascope.core import targets as targets_lib
+
+        result = self.function(self.model, inputs, targets)
+        if isinstance(result, Explanation):
+            return result
+        n = Inputs(inputs).batch_size
+        try:
+            indices = targets_lib.encode(targets, n)[0]
+        except (TypeError, ValueError):  # the callable may take targets kerascope does not: pass them on
+            indices = np.full(n, targets_lib.PREDICTED)
+        return Explanation(result, self.name, {}, indices.astype(np.int64), np.full(n, np.nan, np.float32))
+
+    def __repr__(self) -> str:
+        return f"FunctionMethod({self.name})"

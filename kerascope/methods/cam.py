@@ -99,6 +99,21 @@ class CAM(Method):
             params["layer"] = self.engine.path_of(self.layer)
         return params
 
+    def resolved_params(self, inputs: Any = None) -> dict[str, Any]:
+        """Hyper-parameters with ``layer`` resolved to the path used for ``inputs`` (default layer found).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c")])
+            >>> ks.GradCAM(m).resolved_params(np.zeros((1, 8, 8, 1)))["layer"]
+            'c'
+        """
+        params = self.params()
+        if inputs is not None:
+            prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
+            params["layer"] = self.engine.path_of(self.resolve_layer(prepared))
+        return params
+
     def resolve_layer(self, inputs: Inputs) -> keras.Layer:
         """The feature layer used for ``inputs`` (explicit, or the default one).
 

@@ -42,21 +42,19 @@ def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any
                 f"layer={layer!r}, base={base!r}. Build the base with `layer={layer!r}` too."
             )
         return base
-    cls = registry.get(base)
-    if not (isinstance(cls, type) and issubclass(cls, Method)):
+    spec = base if isinstance(base, type) else registry.resolve(base) if isinstance(base, str) else None
+    if not (isinstance(spec, type) and issubclass(spec, Method)):
         raise ValueError(f"`base` must name a kerascope method. Received: base={base!r}.")
-    if issubclass(cls, NoiseWrapper):
+    if issubclass(spec, NoiseWrapper):
         raise ValueError(f"`base` cannot itself be a noise wrapper. Received: base={base!r}.")
     common = {k: v for k, v in kwargs.items() if k in ("batch_size", "output", "output_index", "jit_compile", "output_layer")}
-    if layer is not None:
-        if not getattr(cls, "layer_attribution", False):
-            raise TypeError(
-                f"`layer=` on a noise wrapper needs a base method that attributes at a layer (Saliency, "
-                f"GradientXInput, IntegratedGradients, ExpectedGradients, ...). Received: base={base!r}, "
-                f"layer={layer!r}."
-            )
-        common["layer"] = layer
-    return cls(model, **common)
+    if layer is not None and not getattr(spec, "layer_attribution", False):
+        raise TypeError(
+            f"`layer=` on a noise wrapper needs a base method that attributes at a layer (Saliency, "
+            f"GradientXInput, IntegratedGradients, ExpectedGradients, ...). Received: base={base!r}, "
+            f"layer={layer!r}."
+        )
+    return registry.build(spec, model, {"layer": layer} if layer is not None else None, common)
 
 
 class NoiseWrapper(Method):

@@ -302,22 +302,23 @@ Explainer = Callable[[keras.Layer, Any, Any], Any]
 
 
 def _explainer(method: Any, batch_size: int, method_kwargs: dict[str, Any] | None) -> tuple[str, Explainer]:
-    if isinstance(method, str) or isinstance(method, type):
-        from kerascope.methods.registry import get
+    from kerascope.methods.base import Method
+    from kerascope.methods.registry import build, method_name, resolve
 
-        cls = get(method)
-        kwargs = dict(method_kwargs or {})
+    spec = resolve(method) if isinstance(method, (str, type)) or callable(method) else None
+    if spec is None or isinstance(spec, Method):  # the check re-builds the method on randomised copies
+        raise TypeError(
+            "`method` must be a registered method name, a Method class, or a callable "
+            f"(model, inputs, targets) -> attributions. Received: method={method!r}."
+        )
+    if not isinstance(spec, type):
+        return method_name(spec), spec
+    kwargs = dict(method_kwargs or {})
 
-        def run(model: keras.Layer, inputs: Any, targets: Any) -> Any:
-            return cls(model, batch_size=batch_size, **kwargs).explain(inputs, targets).attributions
+    def run(model: keras.Layer, inputs: Any, targets: Any) -> Any:
+        return build(spec, model, kwargs, common={"batch_size": batch_size}).explain(inputs, targets).attributions
 
-        return getattr(cls, "name", str(method)), run
-    if callable(method):
-        return getattr(method, "__name__", "custom"), method
-    raise TypeError(
-        "`method` must be a registered method name, a Method class, or a callable "
-        f"(model, inputs, targets) -> attributions. Received: method={method!r}."
-    )
+    return method_name(spec), run
 
 
 def _maps(attributions: Any, size: tuple[int, int] | None, reduce: str) -> np.ndarray:

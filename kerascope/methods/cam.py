@@ -1,10 +1,15 @@
 """The CAM family: one shared routine, each variant overrides how maps are formed.
 
-Activations ``A`` (``(N, *spatial, C)``, channels last) and gradients ``G`` of
-the target score at a layer come from one engine call. A variant overrides
-:meth:`CAM.channel_weights` (``(N, C)``) or, for element-wise variants,
-:meth:`CAM.combine`. The map is ``ReLU(sum_c w_c A_c)``, upsampled
-bilinearly to the input's resolution unless ``upsample=False``.
+One pipeline for every CAM (:meth:`CAM._explain`): choose the layer, one engine
+call gives its activations ``A`` (``(N, *spatial, C)``, channels last), the
+gradients ``G`` of the target score there and the scores; :meth:`CAM.weigh` turns
+them into the map before ReLU; ReLU; bilinear upsampling to the input's
+resolution unless ``upsample=False``. A gradient variant overrides ONE function:
+:meth:`CAM.channel_weights` (``(N, C)``, e.g. Grad-CAM's mean gradient) or, for
+element-wise variants, :meth:`CAM.combine`. Perturbation variants (ScoreCAM,
+AblationCAM) override :meth:`CAM.weigh` through
+:class:`~kerascope.methods.cam_perturbation.PerturbationCAM`, which owns the
+shared scoring loop over the perturbed variants.
 """
 
 from __future__ import annotations
@@ -21,6 +26,18 @@ from kerascope.core.probe import probe
 from kerascope.core.resize import upsample
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
+
+
+def weighted_sum(activations: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``sum_c w_c A_c``: ``(N, *spatial, C)`` activations weighted by ``(N, C)`` channel weights.
+
+    Example:
+        >>> import numpy as np
+        >>> weighted_sum(np.ones((1, 2, 2, 3)), np.array([[1.0, 2.0, 3.0]])).tolist()
+        [[[6.0, 6.0], [6.0, 6.0]]]
+    """
+    shape = (weights.shape[0],) + (1,) * (activations.ndim - 2) + (weights.shape[1],)
+    return np.sum(activations * weights.reshape(shape), axis=-1)
 
 
 def default_layer(model: keras.Layer, inputs: Inputs) -> keras.Layer:
@@ -148,9 +165,27 @@ class CAM(Method):
             >>> cam.combine(np.ones((1, 2, 2, 3)), np.ones((1, 2, 2, 3))).shape
             (1, 2, 2)
         """
-        weights = self.channel_weights(activations, gradients)
-        shape = (weights.shape[0],) + (1,) * (activations.ndim - 2) + (weights.shape[1],)
-        return np.sum(activations * weights.reshape(shape), axis=-1)
+        return weighted_sum(activations, self.channel_weights(activations, gradients))
+
+    def weigh(
+        self, inputs: Inputs, targets: Any, layer: keras.Layer, result: Any, activations: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The map before ReLU ``(N, *spatial)`` and extra arrays for the Explanation.
+
+        Gradient CAMs: :meth:`combine` of the activations and the layer gradients
+        in ``result``. Perturbation CAMs override this step (their weights come
+        from scoring perturbed variants).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
+            ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+            >>> cam, x = ks.GradCAM(m), Inputs(np.ones((1, 4, 4, 1)))
+            >>> layer, result, a = cam.spatial_data(x, 0)
+            >>> cam.weigh(x, 0, layer, result, a)[0].shape
+            (1, 2, 2)
+        """
+        return self.combine(activations, np.asarray(result.layer_grads[0], np.float32)), {}
 
     # --- shared routine -----------------------------------------------------
     def layer_data(self, inputs: Inputs, targets: Any, layer: keras.Layer) -> Any:
@@ -202,15 +237,21 @@ class CAM(Method):
             >>> ks.GradCAM(m).maps(Inputs(np.ones((1, 4, 4, 1))), 0)[0].shape
             (1, 2, 2)
         """
+        cams, result, layer, _ = self._maps(inputs, targets)
+        return cams, result, layer
+
+    def _maps(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, Any, keras.Layer, dict[str, np.ndarray]]:
         layer, result, activations = self.spatial_data(inputs, targets)
-        cams = np.maximum(self.combine(activations, np.asarray(result.layer_grads[0], np.float32)), 0.0)
-        return cams.astype(np.float32), result, layer
+        before_relu, extras = self.weigh(inputs, targets, layer, result, activations)
+        return np.maximum(before_relu, 0.0).astype(np.float32), result, layer, extras
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        cams, result, layer = self.maps(inputs, targets)
+        cams, result, layer, extras = self._maps(inputs, targets)
         if self.upsample:
             cams = upsample(cams, inputs.arrays[0].shape[1:-1])
-        return self._result(inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer))
+        return self._result(
+            inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer), **extras
+        )
 
 
 @register

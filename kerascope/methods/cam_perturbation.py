@@ -6,12 +6,13 @@ clean scores. The ``N x C`` perturbed variants (one per sample and channel)
 are then folded into the batch axis and scored ``batch_size`` rows at a time,
 each chunk generated lazily (memory is bounded by ``batch_size``), with the
 same targets as the clean pass and in the same output space (logits by
-default). The map is ``ReLU(sum_c w_c A_c)``, upsampled like every CAM.
+default), by one loop (:meth:`PerturbationCAM.score_variants`). The map is
+``ReLU(sum_c w_c A_c)``, upsampled like every CAM (the CAM pipeline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -19,12 +20,12 @@ import numpy as np
 from keras import ops
 
 from kerascope.core import targets as targets_lib
-from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.intervene import compile_scorer
 from kerascope.core.progress import progress_bar
 from kerascope.core.resize import upsample
-from kerascope.methods.cam import CAM
+from kerascope.methods._folding import chunk_ranges
+from kerascope.methods.cam import CAM, weighted_sum
 from kerascope.methods.registry import register
 
 
@@ -46,16 +47,13 @@ def zero_channel(output: Any, channel: Any) -> Any:
     return output * keep
 
 
-def _rows(count: int, batch_size: int) -> Iterator[np.ndarray]:
-    for start in range(0, count, batch_size):
-        yield np.arange(start, min(start + batch_size, count))
-
-
 class PerturbationCAM(CAM):
-    """CAM whose channel weights come from scoring ``N x C`` perturbed variants in batches.
+    """CAM whose channel weights come from scoring perturbed variants, ``per_sample`` per input.
 
-    Subclasses implement :meth:`variant_weights`; the rest (layer choice,
-    clean pass, ``ReLU(sum_c w_c A_c)``, upsampling) is the shared CAM routine.
+    Subclasses implement :meth:`variant_weights`, usually with :meth:`score_variants`
+    (the shared loop: rows folded into the batch axis, built ``batch_size`` at a time,
+    scored with the clean pass's targets in the engine's output space). The rest
+    (layer choice, clean pass, ``ReLU(sum_c w_c A_c)``, upsampling) is the CAM pipeline.
 
     Example:
         >>> issubclass(ScoreCAM, PerturbationCAM)
@@ -73,20 +71,50 @@ class PerturbationCAM(CAM):
         """
         raise NotImplementedError
 
-    def _target_fn(self, targets: Any, n: int) -> Any:
-        return targets_lib.encode(targets, n)[1]
+    def weigh(
+        self, inputs: Inputs, targets: Any, layer: keras.Layer, result: Any, activations: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``sum_c w_c A_c`` with the weights of :meth:`variant_weights` (kept in the extras).
 
-    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        layer, result, activations = self.spatial_data(inputs, targets)
+        Example:
+            >>> PerturbationCAM.weigh.__name__
+            'weigh'
+        """
         weights, variant_scores = self.variant_weights(inputs, targets, result, layer, activations)
-        shape = (weights.shape[0],) + (1,) * (activations.ndim - 2) + (weights.shape[1],)
-        cams = np.maximum(np.sum(activations * weights.reshape(shape), axis=-1), 0.0).astype(np.float32)
-        if self.upsample:
-            cams = upsample(cams, inputs.arrays[0].shape[1:-1])
-        return self._result(
-            inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer),
-            channel_weights=weights.astype(np.float32), variant_scores=variant_scores.astype(np.float32),
-        )
+        extras = {"channel_weights": weights.astype(np.float32), "variant_scores": variant_scores.astype(np.float32)}
+        return weighted_sum(activations, weights), extras
+
+    def score_variants(
+        self,
+        inputs: Inputs,
+        targets: Any,
+        result: Any,
+        per_sample: int,
+        make: Callable[[np.ndarray, np.ndarray], tuple[list[np.ndarray], np.ndarray | None]],
+        **scorer_options: Any,
+    ) -> np.ndarray:
+        """Scores ``(N, per_sample)`` of the variants: the one scoring loop of the perturbation CAMs.
+
+        Rows ``0 .. N * per_sample - 1`` are scored ``batch_size`` at a time;
+        ``make(sample, variant)`` (the row's sample and variant index) returns the
+        chunk's model inputs and the ``extra`` rows (or ``None``) for a scorer compiled
+        with ``scorer_options`` (``layer=``, ``transform=``, ``extra_spec=``; see
+        :meth:`~kerascope.core.engine.Engine.scorer`). Targets are the clean pass's.
+
+        Example:
+            >>> PerturbationCAM.score_variants.__name__
+            'score_variants'
+        """
+        n = inputs.batch_size
+        scorer = compile_scorer(self.engine, inputs, target_fn=targets_lib.encode(targets, n)[1], **scorer_options)
+        resolved = np.asarray(result.targets, np.int32)
+        scores = np.empty(n * per_sample, np.float32)
+        chunks = list(chunk_ranges(n * per_sample, self.batch_size))
+        for rows in progress_bar(chunks, enabled=self.progress, desc=self.name, unit="batch"):
+            sample, variant = rows // per_sample, rows % per_sample
+            arrays, extra = make(sample, variant)
+            scores[rows] = scorer(arrays, resolved[sample], extra)[0]
+        return scores.reshape(n, per_sample)
 
 
 @register
@@ -126,24 +154,20 @@ class ScoreCAM(PerturbationCAM):
             >>> ScoreCAM.variant_weights.__name__
             'variant_weights'
         """
-        n, channels = activations.shape[0], activations.shape[-1]
+        channels = activations.shape[-1]
         size = inputs.arrays[0].shape[1:-1]
-        scorer = compile_scorer(self.engine, inputs, target_fn=self._target_fn(targets, n))
-        resolved = np.asarray(result.targets, np.int32)
-        scores = np.empty(n * channels, np.float32)
-        for rows in progress_bar(
-            list(_rows(n * channels, self.batch_size)), enabled=self.progress, desc="scorecam", unit="batch"
-        ):
-            sample, channel = rows // channels, rows % channels
+
+        def masked(sample: np.ndarray, channel: np.ndarray) -> tuple[list[np.ndarray], None]:
             masks = upsample(activations[sample, ..., channel], size)
-            flat = masks.reshape(len(rows), -1)
+            flat = masks.reshape(len(sample), -1)
             low, high = flat.min(axis=1), flat.max(axis=1)
             shape = (-1,) + (1,) * (masks.ndim - 1)
             masks = (masks - low.reshape(shape)) / (high - low + 1e-8).reshape(shape)
             arrays = [a[sample] for a in inputs.arrays]
             arrays[0] = (arrays[0] * masks[..., None]).astype(arrays[0].dtype)
-            scores[rows] = scorer(arrays, resolved[sample])[0]
-        scores = scores.reshape(n, channels)
+            return arrays, None
+
+        scores = self.score_variants(inputs, targets, result, channels, masked)
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True), scores
 
@@ -185,21 +209,16 @@ class AblationCAM(PerturbationCAM):
             >>> AblationCAM.variant_weights.__name__
             'variant_weights'
         """
-        n, channels = activations.shape[0], activations.shape[-1]
-        per_sample = channels + 1  # row 0 of each sample: nothing ablated (the clean score y)
-        scorer = compile_scorer(
-            self.engine, inputs, target_fn=self._target_fn(targets, n), layer=layer,
-            transform=zero_channel, extra_spec=((None,), "int32"),
-        )
-        resolved = np.asarray(result.targets, np.int32)
-        scores = np.empty(n * per_sample, np.float32)
-        for rows in progress_bar(
-            list(_rows(n * per_sample, self.batch_size)), enabled=self.progress, desc="ablationcam", unit="batch"
-        ):
-            sample, channel = rows // per_sample, rows % per_sample - 1
-            arrays = [a[sample] for a in inputs.arrays]
-            scores[rows] = scorer(arrays, resolved[sample], channel.astype(np.int32))[0]
-        scores = scores.reshape(n, per_sample).astype(np.float64)
+        channels = activations.shape[-1]
+
+        def ablated(sample: np.ndarray, variant: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+            # variant 0 of each sample: nothing ablated (the clean score y); variant c + 1: channel c zeroed
+            return [a[sample] for a in inputs.arrays], (variant - 1).astype(np.int32)
+
+        scores = self.score_variants(
+            inputs, targets, result, channels + 1, ablated,
+            layer=layer, transform=zero_channel, extra_spec=((None,), "int32"),
+        ).astype(np.float64)
         clean, ablated = scores[:, :1], scores[:, 1:]
         drop = clean - ablated
         safe = np.where(clean == 0, 1.0, clean)

@@ -306,10 +306,10 @@ def test_models_unchanged(images, unchanged):
     ):
         method.explain(images)
     check()
-    tanh = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="tanh")])
-    check = unchanged(tanh)
+    norm = keras.Sequential([keras.Input((3,)), keras.layers.LayerNormalization(), keras.layers.Dense(2)])
+    check = unchanged(norm)
     with pytest.raises(ValueError, match="unsupported layers"):
-        ks.DeepLIFT(tanh).explain(np.ones((1, 3)))
+        ks.DeepLIFT(norm).explain(np.ones((1, 3)))
     check()
 
 
@@ -361,21 +361,17 @@ def test_deeplift_summation_to_delta_on_cnn(images):
 @pytest.mark.parametrize(
     "layer, needle",
     [
-        (keras.layers.Dense(4, activation="sigmoid", name="bad"), "'bad' (Dense with activation 'sigmoid')"),
-        (keras.layers.Activation("tanh", name="bad"), "'bad' (Activation with activation 'tanh')"),
+        (keras.layers.Dense(4, activation="softmax", name="bad"), "'bad' (Dense with activation 'softmax')"),
+        (keras.layers.Activation("log_softmax", name="bad"), "'bad' (Activation with activation 'log_softmax')"),
         (keras.layers.Softmax(name="bad"), "'bad' (Softmax)"),
         (keras.layers.LayerNormalization(name="bad"), "'bad' (LayerNormalization)"),
     ],
 )
 def test_deeplift_rejects_unsupported_layers(layer, needle):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), layer, keras.layers.Dense(2)])
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(UnsupportedModelError) as info:
         ks.DeepLIFT(model).explain(np.ones((1, 3), np.float32))
     assert needle in str(info.value)
-    pool = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.MaxPooling2D(name="mp"), keras.layers.Flatten(),
-                             keras.layers.Dense(2)])
-    with pytest.raises(UnsupportedModelError, match="'mp' \\(MaxPooling2D\\)"):
-        ks.DeepLIFT(pool).explain(np.ones((1, 4, 4, 1), np.float32))
 
 
 # ---------------------------------------------------------------- other inputs

@@ -339,3 +339,39 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
     wrapped = _with_vjp(fn, backward)
     wrapped.__name__ = f"deeplift_{getattr(fn, '__name__', 'relu')}"
     return wrapped
+
+
+def custom_backward(
+    fn: Callable[..., Any], backward: Callable[[list[Any], Any, Any, Callable], list[Any]], name: str
+) -> Callable[..., Any]:
+    """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward``.
+
+    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
+    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
+    and may be called several times.
+
+    Example:
+        >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")
+        >>> jax.grad(lambda v: jnp.sum(twice(v)))(jnp.array([1.0, 2.0])).tolist()
+        [6.0, 6.0]
+    """
+
+    @jax.custom_vjp
+    def wrapped(*xs: Any) -> Any:
+        return fn(*xs)
+
+    def fwd(*xs: Any) -> tuple[Any, Any]:
+        y, vjp = jax.vjp(fn, *xs)
+        return y, (list(xs), y, vjp)
+
+    def bwd(res: Any, dy: Any) -> tuple[Any, ...]:
+        xs, y, vjp = res
+        return tuple(backward(xs, y, dy, lambda d: list(vjp(d))))
+
+    wrapped.defvjp(fwd, bwd)
+
+    def call(*xs: Any) -> Any:
+        return wrapped(*[jnp.asarray(x) for x in xs])
+
+    call.__name__ = name
+    return call

@@ -259,3 +259,51 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
         return torch.where(small, plain, dy * ratio)
 
     return _with_backward(fn, backward, f"deeplift_{getattr(fn, '__name__', 'relu')}")
+
+
+def custom_backward(
+    fn: Callable[..., Any], backward: Callable[[list[Any], Any, Any, Callable], list[Any]], name: str
+) -> Callable[..., Any]:
+    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
+
+    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
+    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input;
+    recomputed from ``xs``) and may be called several times.
+
+    Example:
+        >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")
+        >>> x = torch.tensor([1.0, 2.0], requires_grad=True)
+        >>> twice(x).sum().backward()
+        >>> x.grad.tolist()
+        [6.0, 6.0]
+    """
+
+    def vjp_of(xs: Sequence[torch.Tensor]) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+        def vjp(d: torch.Tensor) -> list[torch.Tensor]:
+            with torch.enable_grad():
+                leaves = [x.detach().requires_grad_(True) for x in xs]
+                grads = torch.autograd.grad(fn(*leaves), leaves, d, allow_unused=True)
+            return [torch.zeros_like(x) if g is None else g for g, x in zip(grads, xs)]
+
+        return vjp
+
+    class Rule(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *xs: torch.Tensor) -> torch.Tensor:
+            y = fn(*xs)
+            ctx.save_for_backward(*xs, y)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            *xs, y = ctx.saved_tensors
+            with torch.no_grad():
+                return tuple(backward(list(xs), y, dy, vjp_of(xs)))
+
+    Rule.__name__ = name
+
+    def call(*xs: Any) -> Any:
+        return Rule.apply(*[_tensor(x) for x in xs])
+
+    call.__name__ = name
+    return call

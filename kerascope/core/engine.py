@@ -21,6 +21,7 @@ import numpy as np
 
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
+from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.inputs import Inputs, check_against_model
 from kerascope.core.layers import find_layer, iter_layers, path_of
 from kerascope.core.output_space import (
@@ -391,7 +392,9 @@ class Engine:
         softmax layers in ``bypass`` made linear, ``output_layer`` read); all undone on return.
         """
         with contextlib.ExitStack() as stack:
-            if rule is not None:
+            if rule == "deeplift":
+                stack.enter_context(deeplift_rules(self.model, _backend.get()))
+            elif rule is not None:
                 backend = _backend.get()
                 stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
             recorder = stack.enter_context(probe(layers, transform))

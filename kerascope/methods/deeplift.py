@@ -1,8 +1,8 @@
-"""Modified-backpropagation methods: Deconvnet and DeepLIFT (rescale rule).
+"""Modified-backpropagation methods: Deconvnet, DeepLIFT (rescale rule) and DeepLiftShap.
 
-Both replace the backward pass of every ReLU for the duration of one
-compiled call (the model is never changed); everything else is the ordinary
-gradient.
+Each replaces the backward pass of the model's non-linearities for the
+duration of one compiled call (the model is never changed): Deconvnet the
+ReLUs', DeepLIFT every non-linearity's (see :mod:`kerascope.core.deeplift_rules`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.core.deeplift_rules import classify
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.layers import iter_layers
-from kerascope.methods._folding import forward_scores, row_targets
+from kerascope.core.probe import softmax_candidates
+from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method, UnsupportedModelError
 from kerascope.methods.gradients import Saliency
-from kerascope.methods.integrated import _describe_baseline, resolve_baselines
+from kerascope.methods.integrated import ExpectedGradients, _describe_baseline, resolve_baselines
 from kerascope.methods.registry import register
 
 
@@ -45,86 +46,102 @@ class Deconvnet(Saliency):
     rule = "deconvnet"
 
 
-def _linear_layer_types() -> tuple[type, ...]:
-    names = [
-        "InputLayer", "Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
-        "Conv2DTranspose", "Conv3DTranspose", "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D",
-        "SeparableConv2D", "AveragePooling1D", "AveragePooling2D", "AveragePooling3D",
-        "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D", "Flatten", "Reshape",
-        "Permute", "RepeatVector", "BatchNormalization", "Add", "Subtract", "Average", "Concatenate",
-        "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
-        "GaussianDropout", "AlphaDropout", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-        "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D", "UpSampling3D",
-        "Rescaling", "Normalization", "Identity", "Activation", "ReLU",
-    ]
-    return tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n))
-
-
-SUPPORTED_ACTIVATIONS = ("linear", "relu", "relu6")
-
 
 def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
-    """Raise an ``UnsupportedModelError`` (a ``ValueError``) naming every layer the rescale rule cannot handle.
+    """Raise an ``UnsupportedModelError`` (a ``ValueError``) naming every layer DeepLIFT cannot handle exactly.
 
-    Supported: linear layers (Dense, convolutions, average pooling, Flatten,
-    Reshape, BatchNormalization in inference, Add/Concatenate, padding,
-    cropping, dropout, ...), ReLU / ReLU6 (as activations, ``Activation`` or
-    ``ReLU`` layers) and a final softmax that the engine bypasses (``paths in
-    bypassed``). Everything else, e.g. sigmoid / tanh / softmax in the middle,
-    max pooling, multiplicative layers, normalisation across features, is
-    rejected.
+    Supported: affine layers (Dense, convolutions, average pooling, Flatten,
+    Reshape, BatchNormalization at inference, Add / Concatenate, padding,
+    cropping, dropout, Rescaling, ...); element-wise non-linearities (ReLU,
+    LeakyReLU, ELU, sigmoid, tanh, softplus, swish, GELU, ... as fused
+    ``activation=``, ``Activation`` layers, ``ReLU`` / ``LeakyReLU`` / ``ELU``
+    layers or ``keras.ops`` nodes); max pooling; ``Multiply`` of two tensors;
+    a final softmax the engine bypasses (``paths in bypassed``). Rejected:
+    recurrent layers, attention, normalisation across features (LayerNorm),
+    embeddings, a softmax in the middle, unknown custom layers.
 
     Example:
         >>> import keras
-        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="tanh", name="h")])
+        >>> m = keras.Sequential([keras.Input((3, 2)), keras.layers.LSTM(2, name="rnn")])
         >>> check_deeplift_support(m, [])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerascope.methods.base.UnsupportedModelError: DeepLIFT (rescale rule) supports ReLU networks built from linear layers. Received: unsupported layers ['h' (Dense with activation 'tanh')]. ...
+        kerascope.methods.base.UnsupportedModelError: DeepLIFT cannot handle these layers exactly. Received: unsupported layers ['rnn' (LSTM)]. ...
     """
-    linear = _linear_layer_types()
-    problems = []
-    for path, layer in iter_layers(model):
-        if isinstance(layer, keras.Model):
-            continue  # containers: their layers are checked one by one
-        if not isinstance(layer, linear):
-            problems.append(f"{path!r} ({type(layer).__name__})")
-            continue
-        activation = getattr(layer, "activation", None)
-        if activation is None:
-            continue
-        act = getattr(activation, "__name__", type(activation).__name__)
-        if act == "softmax" and path in bypassed:
-            continue
-        if act not in SUPPORTED_ACTIVATIONS:
-            problems.append(f"{path!r} ({type(layer).__name__} with activation {act!r})")
+    _, problems = classify(model, bypassed)
     if problems:
         raise UnsupportedModelError(
-            "DeepLIFT (rescale rule) supports ReLU networks built from linear layers. Received: "
-            f"unsupported layers [{', '.join(problems)}]. Supported: Dense, convolutions, average "
-            "pooling, Flatten/Reshape, BatchNormalization (inference), Add/Concatenate, padding, "
-            "cropping, dropout, ReLU/ReLU6 and a final softmax (bypassed with output='logits'). "
-            "Use IntegratedGradients for other models."
+            "DeepLIFT cannot handle these layers exactly. Received: unsupported layers "
+            f"[{', '.join(problems)}]. Supported: Dense / convolutions (any element-wise activation), "
+            "ReLU / LeakyReLU / ELU / sigmoid / tanh / softplus / swish / GELU, max and average pooling, "
+            "BatchNormalization (inference), Add / Concatenate / Multiply, Flatten / Reshape, padding, "
+            "dropout and a final softmax (bypassed with output='logits'). Recurrent layers, attention, "
+            "LayerNormalization and embeddings are not. Use IntegratedGradients for these models."
         )
+
+
+def _check_summation(attr_sums: np.ndarray, scores: np.ndarray, base_scores: np.ndarray) -> None:
+    """Refuse when the pairs' attributions do not sum to ``f(x) - f(x')``: a non-linearity was not seen."""
+    delta = scores.astype(np.float64) - base_scores
+    error = np.abs(attr_sums - delta)
+    tolerance = 1e-2 * np.abs(delta) + 1e-4 * (np.abs(scores) + np.abs(base_scores)) + 1e-5
+    if np.any(error > tolerance):
+        worst = int(np.argmax(error - tolerance))
+        raise UnsupportedModelError(
+            "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
+            f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {worst}): the model applies a "
+            "non-linearity that kerascope cannot see, such as an op written inside a subclassed model's "
+            "or layer's `call` (e.g. `tf.nn.relu`, `keras.ops.max`). Received: a model whose "
+            "non-linearities are not all layers or Functional ops. Make them layers (`keras.layers.ReLU()`, "
+            "`Activation(...)`) or use IntegratedGradients."
+        )
+
+
+class _PairRunner:
+    """Runs DeepLIFT on (input, reference) pairs, ``batch_size // 2`` pairs per compiled call."""
+
+    def __init__(self, method: Method, inputs: Inputs, targets: Any, resolved: np.ndarray) -> None:
+        self.method, self.inputs, self.targets, self.resolved = method, inputs, targets, resolved
+
+    def run(self, xs: list[np.ndarray], refs: list[np.ndarray], owners: np.ndarray) -> tuple[list[np.ndarray], Any]:
+        """Attributions ``(x - x') * multipliers`` of each pair, and the scores ``f(x)``, ``f(x')``."""
+        m = len(owners)
+        stacked = [np.concatenate([x, r]) for x, r in zip(xs, refs, strict=True)]
+        result = self.method.engine.gradients(
+            Inputs(self.inputs.model_arg(stacked)),
+            row_targets(self.targets, self.resolved, np.concatenate([owners, owners])),
+            rule="deeplift",
+            batch_size=2 * m,
+        )
+        attributions = [g[:m] * (x - r) for g, x, r in zip(result.input_grads, xs, refs, strict=True)]
+        total = sum(a.reshape(m, -1).astype(np.float64).sum(axis=1) for a in attributions)
+        scores, base = result.scores[:m].astype(np.float64), result.scores[m:].astype(np.float64)
+        _check_summation(total, scores, base)
+        return attributions, base
 
 
 @register
 class DeepLIFT(Method):
-    """DeepLIFT with the rescale rule (Shrikumar et al., 2017), for ReLU networks.
+    """DeepLIFT with the rescale rule (Shrikumar et al., 2017), as Captum's ``DeepLift``.
 
-    Each ReLU's backward pass multiplies by ``(relu(z) - relu(z_ref)) /
-    (z - z_ref)`` (the ordinary derivative where ``|z - z_ref| < 1e-10``),
-    where ``z_ref`` is the same unit's input when the network runs on the
-    baseline; linear layers pass multipliers back unchanged. Attributions
-    are ``(x - baseline) * multipliers``; they sum exactly to ``f(x) -
-    f(baseline)``. Inputs and baselines run in the same batch (first half,
-    second half) so the custom ReLU gradient sees both.
+    Inputs and baselines run in one batch (first half, second half); every
+    non-linearity's backward pass multiplies by DeepLIFT's multiplier computed
+    from the paired rows: ``(f(z) - f(z')) / (z - z')`` for element-wise
+    activations (ReLU, sigmoid, tanh, ELU, softplus, swish, GELU, ...; the
+    ordinary derivative where ``|z - z'| < 1e-10``), Captum's rule for max
+    pooling, and ``(b + b') / 2`` for a product ``a * b`` of two tensors.
+    Affine layers pass multipliers back unchanged. Attributions are
+    ``(x - baseline) * multipliers`` and sum to ``f(x) - f(baseline)``
+    (summation-to-delta). The rules are in :mod:`kerascope.core.deeplift_rules`
+    and the equations in ``docs/methods.md``.
 
-    Supported layers (others raise ``ValueError`` before anything runs):
-    see :func:`check_deeplift_support`. Ops written directly inside a
-    subclassed model's ``call`` (e.g. ``tf.nn.relu``) cannot be seen and keep
-    their ordinary gradient. Max pooling is not supported (use average
-    pooling, or IntegratedGradients).
+    Layers no rule covers (LSTM, attention, LayerNormalization, embeddings,
+    a softmax in the middle, unknown custom layers) raise
+    :class:`UnsupportedModelError` before anything is computed (see
+    :func:`check_deeplift_support`). Ops written directly inside a subclassed
+    ``call`` cannot be seen: when the attributions then fail to sum to
+    ``f(x) - f(baseline)`` (1% tolerance), DeepLIFT raises rather than return
+    a wrong map.
 
     Args:
         baseline: the reference: ``None``/``"zeros"`` (default), a number,
@@ -133,19 +150,19 @@ class DeepLIFT(Method):
     ``Explanation.extras["completeness_error"]`` is ``sum(attr) - (f(x) -
     f(baseline))`` per sample (Captum's convergence delta) and
     ``baseline_scores`` the scores at the baselines. Cost: one forward and
-    one backward pass per input and per baseline (a batch of ``2 N``), plus
-    one forward pass to resolve the targets.
+    one backward pass on a batch of ``2 N`` (inputs and baselines), plus one
+    forward pass to resolve the targets.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
-        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)])
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(2)])
         >>> e = ks.DeepLIFT(m).explain(np.ones((2, 3)), 0)
         >>> e.attributions.shape, bool(np.all(np.abs(e.extras["completeness_error"]) < 1e-4))
         ((2, 3), True)
     """
 
     name = "deeplift"
-    description = "DeepLIFT rescale rule for ReLU networks (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."
+    description = "DeepLIFT rescale rule (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."
     aliases = ("deep_lift",)
 
     def __init__(self, model: keras.Layer, *, baseline: Any = None, **kwargs: Any) -> None:
@@ -165,29 +182,108 @@ class DeepLIFT(Method):
         params["baseline"] = _describe_baseline(self.baseline)
         return params
 
-    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+    def _prepare(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, np.ndarray]:
+        # refuse before running anything; a softmax is only known to be final (bypassed) after a pass
+        softmaxes = [self.engine.path_of(layer) for layer in softmax_candidates(self.model)]
+        check_deeplift_support(self.model, softmaxes)
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         bypassed = self.engine.bypassed_layers if self.output == "logits" else []
         check_deeplift_support(self.model, bypassed)
+        return scores, resolved
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        scores, resolved = self._prepare(inputs, targets)
         baselines = resolve_baselines(self.baseline, inputs)
+        runner = _PairRunner(self, inputs, targets, resolved)
         attributions = [np.zeros(a.shape, np.float32) for a in inputs.arrays]
         base_scores = np.zeros(inputs.batch_size, np.float32)
-        for part, arrays in inputs.chunks(max(1, self.batch_size // 2)):
-            m = len(arrays[0])
-            owners = np.arange(part.start, part.stop)
-            refs = [b[part] for b in baselines]
-            stacked = [np.concatenate([x, r]) for x, r in zip(arrays, refs, strict=True)]
-            result = self.engine.gradients(
-                Inputs(inputs.model_arg(stacked)),
-                row_targets(targets, resolved, np.concatenate([owners, owners])),
-                rule="deeplift",
-                batch_size=2 * m,
-            )
-            for k, grad in enumerate(result.input_grads):
-                attributions[k][part] = grad[:m] * (arrays[k] - refs[k])
-            base_scores[part] = result.scores[m:]
+        for rows in chunk_ranges(inputs.batch_size, max(1, self.batch_size // 2)):
+            parts, base = runner.run([a[rows] for a in inputs.arrays], [b[rows] for b in baselines], rows)
+            for k, part in enumerate(parts):
+                attributions[k][rows] = part
+            base_scores[rows] = base
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         return self._result(
             inputs, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
+        )
+
+
+@register
+class DeepLiftShap(DeepLIFT):
+    """DeepLIFT averaged over a background set (Lundberg & Lee 2017), as Captum's ``DeepLiftShap``.
+
+    For each input, DeepLIFT attributions are computed against every
+    baseline of the background (or ``samples`` of them drawn with ``seed``,
+    the same draws for every input) and averaged; they sum to ``f(x) -
+    mean_b f(b)``. Same rules and supported layers as :class:`DeepLIFT`.
+
+    Args:
+        baseline: background array ``(M, ...)`` (for multi-input models a
+            list / dict of them with the same ``M``); default: one all-zeros
+            baseline (then this is DeepLIFT).
+        samples: baselines per input; ``None`` (default): all ``M``, Captum's
+            definition; fewer: drawn without replacement (with replacement if
+            ``samples > M``).
+        seed: seed of the draws (only used when ``samples`` is set).
+
+    ``extras``: ``baseline_indices`` (the background rows used),
+    ``baseline_scores`` (the mean score over them) and ``completeness_error``
+    (``sum(attr) - (f(x) - mean f(b))``). Cost: DeepLIFT on ``N * samples``
+    pairs.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+        >>> m.layers[0].set_weights([np.array([[2.0], [-3.0]])])
+        >>> bg = np.array([[0.0, 0.0], [2.0, 2.0]])
+        >>> ks.DeepLiftShap(m, baseline=bg).explain(np.array([[2.0, 2.0]]), 0).attributions.tolist()
+        [[2.0, -3.0]]
+    """
+
+    name = "deeplift_shap"
+    description = "DeepLIFT averaged over background baselines (DeepSHAP; Lundberg & Lee 2017)."
+    aliases = ("deepliftshap", "deep_shap", "deepshap")
+
+    def __init__(
+        self,
+        model: keras.Layer,
+        *,
+        baseline: Any = None,
+        samples: int | None = None,
+        seed: int | None = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, baseline=baseline, **kwargs)
+        if samples is not None and (not isinstance(samples, int) or samples < 1):
+            raise ValueError(f"`samples` must be None or a positive int. Received: samples={samples!r}.")
+        self.samples = samples
+        self.seed = seed
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        background = ExpectedGradients._background(self, inputs)  # same background rules
+        count = len(background[0])
+        if self.samples is None:
+            choice = np.arange(count)
+        else:
+            rng = np.random.default_rng(self.seed)
+            choice = rng.choice(count, size=self.samples, replace=self.samples > count)
+        k = len(choice)
+        scores, resolved = self._prepare(inputs, targets)
+        runner = _PairRunner(self, inputs, targets, resolved)
+        attributions = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
+        base_scores = np.zeros(inputs.batch_size, np.float64)
+        for rows in chunk_ranges(inputs.batch_size * k, max(1, self.batch_size // 2)):
+            owners, draws = rows // k, choice[rows % k]
+            parts, base = runner.run([a[owners] for a in inputs.arrays], [b[draws] for b in background], owners)
+            weights = np.full(len(rows), 1.0 / k)
+            for acc, part in zip(attributions, parts, strict=True):
+                reduce_rows(acc, owners, weights, part)
+            reduce_rows(base_scores[:, None], owners, weights, base[:, None])
+        attributions = [a.astype(np.float32) for a in attributions]
+        total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
+        error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
+        return self._result(
+            inputs, attributions, scores, resolved, completeness_error=error,
+            baseline_scores=base_scores.astype(np.float32), baseline_indices=choice,
         )

@@ -1,0 +1,336 @@
+"""DeepLIFT's backward rules, installed on a model for the duration of one call.
+
+The batch holds the inputs in its first half and their references
+(baselines) in its second half, row for row. Every non-linearity the model
+has gets a backward pass that multiplies by DeepLIFT's *multipliers*
+(Shrikumar et al. 2017, as in Captum's ``DeepLift``), computed from the
+paired rows; linear layers keep their ordinary gradient, which is already
+their multiplier. The rules are written once in ``keras.ops``; the backends
+only provide ``custom_backward`` (a custom vector-Jacobian product).
+
+* element-wise ``f`` (ReLU, sigmoid, tanh, ELU, swish, GELU, ...): the rescale
+  rule ``m = (f(x) - f(x')) / (x - x')``, the ordinary derivative where
+  ``|x - x'| < 1e-10``;
+* max pooling: Captum's rule: with ``y = pool(x)``, ``y' = pool(x')`` and
+  ``M = max(y, y')``, route ``dy * (M - y')`` back through ``x``'s argmax and
+  ``dy * (y - M)`` through ``x'``'s argmax, add the two and divide by
+  ``x - x'`` (so every window passes back exactly ``dy * (y - y')``);
+* a product of two inputs ``a * b`` (``Multiply`` of two tensors, e.g. a
+  squeeze-and-excitation gate): ``m_a = (b + b') / 2`` and ``m_b = (a + a') / 2``,
+  the exact split ``ab - a'b' = (a - a')(b + b')/2 + (a + a')/2 (b - b')``.
+
+With these, the attributions ``(x - x') * m`` sum to ``f(x) - f(x')``
+(summation-to-delta). Everything is scoped: the model's attributes are put
+back in ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import keras
+
+from kerascope.core.layers import iter_layers
+from kerascope.core.probe import patched_attribute
+
+EPS = 1e-10
+
+#: Activation functions (by ``__name__``) that act element-wise: the rescale rule applies.
+ELEMENTWISE_ACTIVATIONS = frozenset({
+    "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "sigmoid", "hard_sigmoid", "log_sigmoid",
+    "tanh", "hard_tanh", "tanh_shrink", "softplus", "softsign", "silu", "swish", "hard_silu",
+    "hard_swish", "gelu", "mish", "exponential", "sparse_plus", "squareplus", "soft_shrink",
+    "hard_shrink",
+})
+
+#: Layers that are one element-wise function of one input (their ``call`` gets the rescale rule).
+ELEMENTWISE_LAYERS = ("ReLU", "LeakyReLU", "ELU")
+
+MAXPOOL_LAYERS = (
+    "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D",
+    "GlobalMaxPooling3D",
+)
+
+#: Layers that are affine in their inputs at inference: their gradient is already their multiplier.
+LINEAR_LAYERS = (
+    "InputLayer", "Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
+    "Conv2DTranspose", "Conv3DTranspose", "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D",
+    "SeparableConv2D", "AveragePooling1D", "AveragePooling2D", "AveragePooling3D",
+    "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D", "Flatten", "Reshape",
+    "Permute", "RepeatVector", "BatchNormalization", "Add", "Subtract", "Average", "Concatenate",
+    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+    "GaussianDropout", "AlphaDropout", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
+    "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D", "UpSampling3D",
+    "Rescaling", "Normalization", "Identity", "Activation",
+)
+
+#: Element-wise ``keras.ops`` operations of a Functional graph (``keras.ops.tanh(x)`` between layers).
+ELEMENTWISE_OPS = frozenset({
+    "Relu", "Relu6", "Sigmoid", "Tanh", "Softplus", "Softsign", "Silu", "Swish", "LogSigmoid",
+    "LeakyRelu", "HardSigmoid", "HardSilu", "HardSwish", "Elu", "Selu", "Gelu", "Celu", "Mish",
+    "Exp", "Exp2", "Expm1", "Log", "Log1p", "Sqrt", "Square", "Abs", "Absolute", "Sin", "Cos",
+    "SparsePlus", "Squareplus", "HardTanh", "TanhShrink", "SoftShrink", "HardShrink",
+})
+
+#: Linear ``keras.ops`` operations (whatever their arguments).
+LINEAR_OPS = frozenset({
+    "Add", "Subtract", "Negative", "Reshape", "Transpose", "Concatenate", "ExpandDims", "Squeeze",
+    "GetItem", "Mean", "Sum", "Cast", "Stack", "Tile", "Repeat", "BroadcastTo", "Pad", "Moveaxis",
+    "Swapaxes", "Flip", "Roll", "Average", "Slice", "Identity", "Ravel", "Copy", "Conjugate", "Real",
+})
+
+#: ``keras.ops`` operations that are linear when only one argument depends on the inputs
+#: (``x * 2.0``, ``x @ w``); for ``Divide`` / ``TrueDivide`` it must be the numerator.
+ONE_TENSOR_LINEAR_OPS = frozenset({"Multiply", "Divide", "TrueDivide", "Matmul", "Einsum", "Dot", "Tensordot"})
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _halves(x: Any) -> tuple[Any, Any]:
+    half = keras.ops.shape(x)[0] // 2
+    return x[:half], x[half:]
+
+
+def _twice(x: Any) -> Any:
+    return keras.ops.concatenate([x, x], axis=0)
+
+
+def _safe_divide(numerator: Any, delta_in: Any, fallback: Any, eps: float = EPS) -> Any:
+    small = keras.ops.abs(delta_in) < eps
+    ratio = numerator / keras.ops.where(small, keras.ops.ones_like(delta_in), delta_in)
+    return keras.ops.where(small, fallback, ratio)
+
+
+def rescale_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
+    """The rescale rule: ``dy * (f(x) - f(x')) / (x - x')`` (``f``'s gradient where ``|x - x'| < 1e-10``).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> x = keras.ops.convert_to_tensor(np.array([[-1.0, 3.0], [1.0, 1.0]], "float32"))  # input, reference
+        >>> y = keras.ops.relu(x); dy = keras.ops.ones_like(x)
+        >>> g = rescale_backward([x], y, dy, lambda d: [d * keras.ops.cast(x > 0, "float32")])[0]
+        >>> keras.ops.convert_to_numpy(g).tolist()
+        [[0.5, 1.0], [0.5, 1.0]]
+    """
+    x = xs[0]
+    xa, xb = _halves(x)
+    ya, yb = _halves(y)
+    delta_in, delta_out = _twice(xa - xb), _twice(ya - yb)
+    return [_safe_divide(dy * delta_out, delta_in, vjp(dy)[0])]
+
+
+def maxpool_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
+    """Captum's max-pooling rule (``vjp`` routes a gradient to the window maxima of each row).
+
+    Each window passes back ``dy * (y - y')`` in total, split between the
+    argmax of the input and that of the reference, divided by ``x - x'``.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> x = keras.ops.convert_to_tensor(np.array([[3.0, 0.0], [3.0, 4.0]], "float32"))  # input, reference
+        >>> pool = lambda v: keras.ops.max(v, axis=1, keepdims=True)
+        >>> y = pool(x); dy = keras.ops.ones_like(y)
+        >>> route = lambda d: [d * keras.ops.cast(x == y, "float32")]
+        >>> keras.ops.convert_to_numpy(maxpool_backward([x], y, dy, route)[0]).tolist()
+        [[1.0, 0.25], [0.0, 0.25]]
+    """
+    x = xs[0]
+    xa, xb = _halves(x)
+    ya, yb = _halves(y)
+    top = keras.ops.maximum(ya, yb)
+    routed = vjp(dy * keras.ops.concatenate([top - yb, ya - top], axis=0))[0]
+    ra, rb = _halves(routed)
+    return [_safe_divide(_twice(ra + rb), _twice(xa - xb), vjp(dy)[0])]
+
+
+def product(a: Any, b: Any) -> Any:
+    """``a * b`` whose gradient is the DeepLIFT product rule: ``(b + b') / 2`` for ``a``, ``(a + a') / 2`` for ``b``.
+
+    The forward value is exactly ``a * b`` (``t - stop_gradient(t)`` is zero);
+    broadcasting between ``a`` and ``b`` is handled by autodiff.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> a = keras.ops.convert_to_tensor(np.array([[2.0], [0.0]], "float32"))
+        >>> b = keras.ops.convert_to_tensor(np.array([[3.0], [1.0]], "float32"))
+        >>> keras.ops.convert_to_numpy(product(a, b)).tolist()
+        [[6.0], [0.0]]
+    """
+    sg = keras.ops.stop_gradient
+
+    def mean_of_halves(v: Any) -> Any:
+        first, second = _halves(v)
+        return sg(_twice((first + second) * 0.5))
+
+    linear = a * mean_of_halves(b) + mean_of_halves(a) * b
+    return sg(a * b) + (linear - sg(linear))
+
+
+def _rescaled(fn: Callable[[Any], Any], backend: Any) -> Callable[[Any], Any]:
+    return backend.custom_backward(fn, rescale_backward, f"deeplift_{_name(fn)}")
+
+
+def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
+    """For each Functional node of ``op``: the positions of its arguments that are graph tensors."""
+    nodes = getattr(op, "_inbound_nodes", None)
+    if not nodes:
+        return None
+    positions = []
+    for node in nodes:
+        args = node.arguments.args
+        positions.append(tuple(i for i, a in enumerate(args) if keras.tree.flatten(a)
+                               and any(isinstance(t, keras.KerasTensor) for t in keras.tree.flatten(a))))
+    return positions
+
+
+def _operations(model: keras.Layer) -> Iterator[tuple[str, Any]]:
+    """``(path, op)`` for the raw ``keras.ops`` operations (not layers) of every Functional graph in ``model``."""
+    containers = [("", model)] + [(p + "/", layer) for p, layer in iter_layers(model)]
+    for prefix, container in containers:
+        if not isinstance(container, keras.Model):
+            continue
+        for op in getattr(container, "_operations", None) or []:
+            if not isinstance(op, keras.Layer):
+                yield f"{prefix}{op.name}", op
+
+
+def classify(model: keras.Layer, bypassed: list[str]) -> tuple[list[tuple[str, Any, str]], list[str]]:
+    """Sort the model's layers and operations into DeepLIFT rules.
+
+    Returns ``(sites, problems)``: ``sites`` is ``[(path, layer_or_op, kind)]``
+    with kind ``"activation"`` (an element-wise ``activation`` attribute),
+    ``"elementwise"`` (an element-wise layer / op: its ``call``), ``"maxpool"``
+    or ``"product"``; ``problems`` describes every layer / op no rule covers
+    (``"'name' (Class ...)"``). Softmax layers in ``bypassed`` are skipped.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, activation="tanh", name="c"),
+        ...                       keras.layers.MaxPooling2D(name="p"), keras.layers.Reshape((1, 2)),
+        ...                       keras.layers.LSTM(2, name="l")])
+        >>> sites, problems = classify(m, [])
+        >>> [(p, k) for p, _, k in sites], problems
+        ([('c', 'activation'), ('p', 'maxpool')], ["'l' (LSTM)"])
+    """
+    linear = tuple(getattr(keras.layers, n) for n in LINEAR_LAYERS if hasattr(keras.layers, n))
+    elementwise = tuple(getattr(keras.layers, n) for n in ELEMENTWISE_LAYERS)
+    maxpool = tuple(getattr(keras.layers, n) for n in MAXPOOL_LAYERS if hasattr(keras.layers, n))
+    sites: list[tuple[str, Any, str]] = []
+    problems: list[str] = []
+    refused: list[str] = []
+    for path, layer in iter_layers(model):
+        kind = type(layer).__name__
+        if any(path.startswith(r + "/") for r in refused):
+            continue  # inside a refused layer (an LSTM's cell, an attention's softmax)
+        if isinstance(layer, keras.Model) or (_has_children(layer) and not _is_builtin(layer)):
+            continue  # containers: their layers are checked one by one (their own ops: see DeepLIFT docs)
+        if isinstance(layer, elementwise):
+            sites.append((path, layer, "elementwise"))
+            continue
+        if isinstance(layer, maxpool):
+            sites.append((path, layer, "maxpool"))
+            continue
+        if isinstance(layer, keras.layers.Multiply):
+            counts = {len(keras.tree.flatten(n.arguments.args)) for n in getattr(layer, "_inbound_nodes", [])}
+            if counts - {2}:
+                problems.append(f"{path!r} (Multiply of {max(counts)} tensors; the product rule needs 2)")
+            else:
+                sites.append((path, layer, "product"))
+            continue
+        if isinstance(layer, keras.layers.Softmax) and path in bypassed:
+            continue
+        if not isinstance(layer, linear):
+            problems.append(f"{path!r} ({kind})")
+            refused.append(path)
+            continue
+        activation = getattr(layer, "activation", None)
+        if activation is None:
+            continue
+        act = _name(activation)
+        if act == "linear" or (act == "softmax" and path in bypassed):
+            continue
+        if act in ELEMENTWISE_ACTIVATIONS:
+            sites.append((path, layer, "activation"))
+        else:
+            problems.append(f"{path!r} ({kind} with activation {act!r})")
+    for path, op in _operations(model):
+        kind = type(op).__name__
+        if kind in ELEMENTWISE_OPS:
+            sites.append((path, op, "elementwise"))
+        elif kind in LINEAR_OPS:
+            continue
+        elif kind in ONE_TENSOR_LINEAR_OPS:
+            positions = _tensor_positions(op) or [()]
+            if all(len(p) <= 1 and (kind not in ("Divide", "TrueDivide") or p in ((), (0,))) for p in positions):
+                continue
+            if kind == "Multiply" and all(len(p) == 2 for p in positions):
+                sites.append((path, op, "product"))
+            else:
+                problems.append(f"{path!r} ({kind} of two tensors)")
+        else:
+            problems.append(f"{path!r} (operation {kind})")
+    return sites, problems
+
+
+def _is_builtin(layer: keras.Layer) -> bool:
+    return type(layer).__module__.startswith(("keras.", "keras_hub.", "keras_nlp.", "keras_cv."))
+
+
+def _has_children(layer: keras.Layer) -> bool:
+    flatten = getattr(layer, "_flatten_layers", None)
+    return bool(flatten and any(True for _ in flatten(include_self=False, recursive=False)))
+
+
+@contextlib.contextmanager
+def deeplift_rules(model: keras.Layer, backend: Any) -> Iterator[int]:
+    """Install DeepLIFT's backward rules on every non-linearity of ``model`` for the block.
+
+    Element-wise ``activation`` attributes are swapped for a rescaled copy;
+    element-wise layers, max-pooling layers, ``Multiply`` layers of two
+    tensors and element-wise / product ``keras.ops`` nodes of Functional
+    graphs get a wrapped ``call``. Everything is restored in ``finally``.
+    Yields the number of rules installed. Layers no rule covers are left as
+    they are (:func:`classify` reports them; callers refuse such models).
+
+    Example:
+        >>> import keras
+        >>> from kerascope import _backend
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="tanh", name="h")])
+        >>> with deeplift_rules(m, _backend.get()) as n:
+        ...     n, m.get_layer("h").activation.__name__
+        (1, 'deeplift_tanh')
+        >>> m.get_layer("h").activation.__name__
+        'tanh'
+    """
+    sites, _ = classify(model, [])
+    with contextlib.ExitStack() as stack:
+        for _, obj, kind in sites:
+            if kind == "activation":
+                stack.enter_context(patched_attribute(obj, "activation", _rescaled(obj.activation, backend)))
+                continue
+            original = obj.call
+            if kind == "product":
+                if isinstance(obj, keras.Layer):
+                    def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+                        a, b = keras.tree.flatten(inputs)
+                        return product(a, b)
+                else:
+                    def call(x1: Any, x2: Any, *args: Any, **kwargs: Any) -> Any:
+                        return product(x1, x2)
+            else:
+                rule = rescale_backward if kind == "elementwise" else maxpool_backward
+
+                def one(x: Any, __f: Callable = original) -> Any:
+                    return __f(x)
+
+                wrapped = backend.custom_backward(one, rule, f"deeplift_{kind}_{obj.name}")
+
+                def call(inputs: Any, *args: Any, __w: Callable = wrapped, **kwargs: Any) -> Any:
+                    return __w(inputs)
+
+            stack.enter_context(patched_attribute(obj, "call", call))
+        yield len(sites)

@@ -488,7 +488,7 @@ def default_layer(
     - has positions on the input: a feature map ``(N, h, w, C)`` with ``h, w > 1``
       (and about the input's aspect ratio) for an image input, tokens ``(N, T, C)``
       on a patch grid (:func:`token_grid`) of an image input, or ``(N, t, C)`` with
-      ``t > 1`` for a sequence input (rank-4 maps are preferred over tokens);
+      ``t > 1`` for a sequence input;
     - is not inside an attention layer (no ``mha/value``);
     - depends on that input (checked when the model has several inputs);
     - feeds the prediction at those positions (:func:`feeds_prediction`): a
@@ -511,25 +511,24 @@ def default_layer(
     extent = input_extent(array)
     entries = survey(model, inputs)
     excluded = _inside_attention(model)
-    maps, tokens = [], []
+    candidates = []
     for position, (layer, shape, _) in enumerate(entries):
         if id(layer) in excluded or layer is model:
             continue
         if len(extent) == 2 and _spatial(shape, extent):
-            maps.append((layer, Layout("image", input_index, extent)))
+            candidates.append((layer, Layout("image", input_index, extent)))
         elif len(shape) == 3 and shape[1] > 1:
             try:
                 layout = layout_for(shape, array, input_index, seen_grids=seen_grids(entries[:position]))
             except LayoutError:
                 continue
-            tokens.append((layer, layout))
+            candidates.append((layer, layout))
     dependent = _dependent_on(model, inputs, input_index, entries) if len(inputs.arrays) > 1 else None
-    for group in (maps, tokens):
-        for layer, layout in reversed(group):
-            if dependent is not None and id(layer) not in dependent:
-                continue
-            if feeds_prediction(model, inputs, layer, layout, select):
-                return layer
+    for layer, layout in reversed(candidates):
+        if dependent is not None and id(layer) not in dependent:
+            continue
+        if feeds_prediction(model, inputs, layer, layout, select):
+            return layer
     kind = "an image (N, h, w, C) feature map with h, w > 1 or patch tokens" if len(extent) == 2 else (
         "a sequence (N, t, C) with t > 1")
     raise ValueError(

@@ -14,17 +14,19 @@ shared scoring loop over the perturbed variants.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
 import keras
 import numpy as np
 
+from kerascope.core import spatial
+from kerascope.core.engine import GradientResult
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.layers import find_layer, iter_layers
-from kerascope.core.probe import probe
-from kerascope.core.resize import upsample
-from kerascope.methods.base import Method
+from kerascope.core.layers import find_layer
+from kerascope.methods.base import Method, UnsupportedModelError
 from kerascope.methods.registry import register
 
 
@@ -40,12 +42,8 @@ def weighted_sum(activations: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.sum(activations * weights.reshape(shape), axis=-1)
 
 
-def default_layer(model: keras.Layer, inputs: Inputs) -> keras.Layer:
-    """The last layer called in the forward pass whose output is a spatial feature map.
-
-    "Spatial" means rank 4 (images) or, for sequence models without any rank-4
-    output, rank 3. Found with one probed forward pass on one sample, so it
-    works for subclassed models too.
+def default_layer(model: keras.Layer, inputs: Inputs, input_index: int = 0) -> keras.Layer:
+    """The default CAM layer (see :func:`kerascope.core.spatial.default_layer`).
 
     Example:
         >>> import keras, numpy as np
@@ -54,36 +52,49 @@ def default_layer(model: keras.Layer, inputs: Inputs) -> keras.Layer:
         >>> default_layer(m, Inputs(np.zeros((1, 8, 8, 1)))).name
         'c'
     """
-    candidates = [layer for _, layer in iter_layers(model)]
-    order: list[tuple[keras.Layer, int]] = []
+    return spatial.default_layer(model, inputs, input_index)
 
-    def note(_: int, layer: keras.Layer, output: Any) -> Any:
-        shape = getattr(output, "shape", None)
-        if shape is not None:
-            order.append((layer, len(shape)))
-        return output
 
-    first = [a[:1] for a in inputs.arrays]
-    with probe(candidates, note):
-        model(inputs.model_arg(first), training=False)
-    for rank in (4, 3):
-        found = [layer for layer, r in order if r == rank]
-        if found:
-            return found[-1]
-    raise ValueError(
-        f"Could not find a layer with a spatial output (rank 4 or 3) in model {model.name!r}. "
-        "Received: layer=None. Pass `layer=` with the path of a convolutional layer "
-        "(see `kerascope.layers(model)`)."
-    )
+@dataclass
+class CamResult(GradientResult):
+    """The engine result of a CAM's clean pass, with the layer gradients placed on the input's positions
+    (``(N, *positions, C)``, like the activations CAMs receive) and the :class:`~kerascope.core.spatial.Layout`.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> _, result, _ = ks.GradCAM(m).spatial_data(Inputs(np.ones((1, 4, 4, 1))), 0)
+        >>> result.layout.kind, result.layer_grads[0].shape
+        ('image', (1, 2, 2, 2))
+    """
+
+    layout: spatial.Layout | None = None
 
 
 class CAM(Method):
     """Shared class-activation-map routine; subclasses define the weighting.
 
     Args:
-        layer: path or layer object of the feature layer; default: the last
-            layer with a spatial output (found with a probed forward pass).
-        upsample: resize maps to the input's spatial size (bilinear).
+        layer: path or layer object of the feature layer. Default: the last
+            layer whose output keeps an extent > 1 along every spatial (or
+            temporal) axis, depends on the chosen input and feeds the
+            prediction (see :func:`kerascope.core.spatial.default_layer`);
+            ``Explanation.layer`` names it.
+        upsample: resize maps to the input's extent (bilinear for images,
+            linear along time for sequences); ``False`` keeps the layer's grid.
+        input_index: the input the maps are for (a position or an input
+            name); default: the only input, else the only image input.
+        reshape: ``(N, T, C) -> (N, h, w, C)`` (numpy, channels last) placing a
+            token layer's output on a grid, like pytorch-grad-cam's
+            ``reshape_transform``; default: tokens are put on the patch grid
+            automatically (a leading class token is dropped), see
+            :func:`kerascope.core.spatial.token_grid`.
+
+    A layer ``(N, h, w, C)`` of an image gives ``(N, H, W)`` maps; ``(N, t, C)``
+    of a sequence input (token ids ``(N, T)`` or features ``(N, T, F)``) gives
+    ``(N, T)`` maps; the tokens ``(N, T, C)`` of a vision transformer give
+    ``(N, H, W)`` maps.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -94,13 +105,27 @@ class CAM(Method):
     """
 
     def __init__(
-        self, model: keras.Layer, *, layer: str | keras.Layer | None = None, upsample: bool = True, **kwargs: Any
+        self,
+        model: keras.Layer,
+        *,
+        layer: str | keras.Layer | None = None,
+        upsample: bool = True,
+        input_index: int | str | None = None,
+        reshape: Callable[[np.ndarray], np.ndarray] | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
         self.layer = layer
         self.upsample = upsample
+        self.input_index = input_index
+        self.reshape = reshape
         if layer is not None:
             find_layer(model, layer)  # fail early on unknown names
+        if reshape is not None and not callable(reshape):
+            raise TypeError(
+                "`reshape` must be a function (N, T, C) -> (N, h, w, C). "
+                f"Received: reshape={reshape!r} of type {type(reshape).__name__}."
+            )
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters, with the layer given by its path.
@@ -131,6 +156,20 @@ class CAM(Method):
             params["layer"] = self.engine.path_of(self.resolve_layer(prepared))
         return params
 
+    def chosen_input(self, inputs: Inputs) -> int:
+        """The position of the input the maps are for (see :func:`kerascope.core.spatial.choose_input`).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c")])
+            >>> ks.GradCAM(m).chosen_input(Inputs(np.zeros((1, 8, 8, 1))))
+            0
+        """
+        return spatial.choose_input(self.model, inputs, self.input_index)
+
+    def _signature(self, inputs: Inputs) -> tuple:
+        return tuple((shape[1:], dtype) for shape, dtype in inputs.specs)
+
     def resolve_layer(self, inputs: Inputs) -> keras.Layer:
         """The feature layer used for ``inputs`` (explicit, or the default one).
 
@@ -141,9 +180,37 @@ class CAM(Method):
             'c'
         """
         if self.layer is None:
-            signature = ("default_layer", tuple((shape[1:], dtype) for shape, dtype in inputs.specs))
-            return self.engine.memo(signature, lambda: default_layer(self.model, inputs))
+            index = self.chosen_input(inputs)
+            signature = ("default_layer", self._signature(inputs), index)
+            return self.engine.memo(signature, lambda: spatial.default_layer(
+                self.model, inputs, index, select=self._selector()))
         return self.engine.resolve_layers([self.layer])[0]
+
+    def _selector(self) -> Callable[[Any], Any] | None:
+        engine = self.engine
+        if self.output_index is None or callable(self.output_index):
+            return None
+        return engine._select
+
+    def layout(self, inputs: Inputs, layer: keras.Layer, shape: tuple[int, ...]) -> spatial.Layout:
+        """How ``layer``'s output of ``shape`` lies on the chosen input (image grid, sequence, tokens).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c")])
+            >>> ks.GradCAM(m).layout(Inputs(np.zeros((1, 8, 8, 1))), m.layers[0], (1, 6, 6, 2)).kind
+            'image'
+        """
+        index = self.chosen_input(inputs)
+        array = inputs.arrays[index]
+        grids: list[tuple[int, int]] = []
+        if self.reshape is None and len(shape) == 3 and array.ndim == 4:  # tokens: the patch grid seen before
+            key = ("seen_grids", self._signature(inputs), id(layer))
+            grids = self.engine.memo(key, lambda: spatial.seen_grids(spatial.survey(self.model, inputs), layer))
+        return spatial.layout_for(
+            tuple(shape), array, index, reshape=self.reshape, seen_grids=grids,
+            layer_name=self.engine.path_of(layer),
+        )
 
     # --- what variants override -------------------------------------------
     def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
@@ -204,10 +271,13 @@ class CAM(Method):
             batch_size=self.batch_size, progress=self.progress,
         )
 
-    def spatial_data(self, inputs: Inputs, targets: Any) -> tuple[keras.Layer, Any, np.ndarray]:
-        """The feature layer, the engine result there, and its activations as float32 ``(N, *spatial, C)``.
+    def spatial_data(self, inputs: Inputs, targets: Any) -> tuple[keras.Layer, CamResult, np.ndarray]:
+        """The feature layer, the engine result there and its activations, on the input's positions.
 
-        Raises a clear error when the layer's output is not spatial.
+        Activations (and the result's layer gradients) are float32 ``(N, *positions, C)``:
+        ``(N, h, w, C)`` on an image (transformer tokens put on their patch grid) or
+        ``(N, t, C)`` on a sequence; ``result.layout`` says how they lie on the input.
+        Raises a clear error when the layer's output cannot be placed on the chosen input.
 
         Example:
             >>> import keras, numpy as np, kerascope as ks
@@ -217,15 +287,14 @@ class CAM(Method):
             (1, 2, 2, 2)
         """
         layer = self.resolve_layer(inputs)
-        result = self.layer_data(inputs, targets, layer)
-        activations = np.asarray(result.activations[0], np.float32)
-        if activations.ndim < 3:
-            raise ValueError(
-                f"CAM methods need a layer with spatial output (N, h, w, C) or (N, t, C). Received: "
-                f"layer={self.engine.path_of(layer)!r} with output shape {activations.shape}. "
-                "Pick a convolutional layer (see `kerascope.layers(model)`)."
-            )
-        return layer, result, activations
+        raw = self.layer_data(inputs, targets, layer)
+        activations = np.asarray(raw.activations[0], np.float32)
+        layout = self.layout(inputs, layer, activations.shape)
+        activations = np.asarray(layout.to_positions(activations), np.float32)
+        gradients = np.asarray(layout.to_positions(np.asarray(raw.layer_grads[0], np.float32)), np.float32)
+        values = {f.name: getattr(raw, f.name) for f in fields(GradientResult)}
+        values.update(activations=[activations], layer_grads=[gradients])
+        return layer, CamResult(**values, layout=layout), activations
 
     def maps(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, Any, keras.Layer]:
         """Raw (post-ReLU, not upsampled) maps, the engine result and the layer.
@@ -248,9 +317,25 @@ class CAM(Method):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         cams, result, layer, extras = self._maps(inputs, targets)
         if self.upsample:
-            cams = upsample(cams, inputs.arrays[0].shape[1:-1])
+            cams = result.layout.upsample(cams)
         return self._result(
             inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer), **extras
+        )
+
+
+def refuse_token_ids(inputs: Inputs, index: int, method: str, why: str) -> None:
+    """Raise a clear error when input ``index`` holds integer ids (no pixel or value to mask or differentiate).
+
+    Example:
+        >>> import numpy as np
+        >>> refuse_token_ids(Inputs(np.zeros((1, 4), "float32")), 0, "ScoreCAM", "it masks the input")
+    """
+    array = inputs.arrays[index]
+    if not np.issubdtype(array.dtype, np.floating):
+        raise UnsupportedModelError(
+            f"{method} does not apply to integer inputs (token ids): {why}. Received: input {index} of "
+            f"dtype {array.dtype.name} and shape {array.shape}. Use GradCAM (or another gradient CAM) on the "
+            "sequence layer, or AblationCAM, which zeroes the layer's channels instead of changing the input."
         )
 
 
@@ -293,12 +378,15 @@ class GuidedGradCAM(CAM):
     aliases = ("guided_grad_cam",)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        index = self.chosen_input(inputs)
+        refuse_token_ids(inputs, index, "GuidedGradCAM", "guided backpropagation differentiates the input")
         cams, result, layer = self.maps(inputs, targets)
-        cams = upsample(cams, inputs.arrays[0].shape[1:-1])
+        cams = result.layout.upsample(cams)
         guided = self.engine.gradients(
             inputs, result.targets, rule="guided", batch_size=self.batch_size, progress=self.progress
         )
-        attributions = guided.input_grads[0] * cams[..., None]
+        grads = np.asarray(guided.input_grads[index])
+        attributions = grads * cams.reshape(cams.shape + (1,) * (grads.ndim - cams.ndim))
         return self._result(
             inputs, [attributions], result.scores, result.targets, layer=self.engine.path_of(layer)
         )

@@ -23,9 +23,8 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.inputs import Inputs
 from kerascope.core.intervene import compile_scorer
 from kerascope.core.progress import progress_bar
-from kerascope.core.resize import upsample
 from kerascope.methods._folding import chunk_ranges
-from kerascope.methods.cam import CAM, weighted_sum
+from kerascope.methods.cam import CAM, refuse_token_ids, weighted_sum
 from kerascope.methods.registry import register
 
 
@@ -122,8 +121,9 @@ class ScoreCAM(PerturbationCAM):
     """Score-CAM (Wang et al., 2020): channels weighted by the score of the input they mask.
 
     Each channel ``A_c`` is upsampled (bilinear, half-pixel centres) to the
-    input's size, min-max normalised to ``[0, 1]`` (``eps = 1e-8``) and
-    multiplies the (first) input; ``s_c`` is the target score of that masked
+    input's extent (linearly along time for sequences), min-max normalised to
+    ``[0, 1]`` (``eps = 1e-8``) and multiplies the chosen input (``input_index``;
+    the others are kept; token-id inputs are refused: nothing to multiply); ``s_c`` is the target score of that masked
     input in the engine's output space (logits by default) and
     ``w = softmax_c(s_c)``. This follows pytorch-grad-cam's ``ScoreCAM``
     (raw target score, softmax over channels); the authors' code instead
@@ -155,16 +155,19 @@ class ScoreCAM(PerturbationCAM):
             'variant_weights'
         """
         channels = activations.shape[-1]
-        size = inputs.arrays[0].shape[1:-1]
+        layout = result.layout
+        index = layout.input_index
+        refuse_token_ids(inputs, index, "ScoreCAM", "it multiplies the input by masks")
 
         def masked(sample: np.ndarray, channel: np.ndarray) -> tuple[list[np.ndarray], None]:
-            masks = upsample(activations[sample, ..., channel], size)
+            masks = layout.upsample(activations[sample, ..., channel])
             flat = masks.reshape(len(sample), -1)
             low, high = flat.min(axis=1), flat.max(axis=1)
             shape = (-1,) + (1,) * (masks.ndim - 1)
             masks = (masks - low.reshape(shape)) / (high - low + 1e-8).reshape(shape)
             arrays = [a[sample] for a in inputs.arrays]
-            arrays[0] = (arrays[0] * masks[..., None]).astype(arrays[0].dtype)
+            x = arrays[index]
+            arrays[index] = (x * masks.reshape(masks.shape + (1,) * (x.ndim - masks.ndim))).astype(x.dtype)
             return arrays, None
 
         scores = self.score_variants(inputs, targets, result, channels, masked)

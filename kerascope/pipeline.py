@@ -14,10 +14,11 @@ import numpy as np
 
 from kerascope.core.engine import engine_for
 from kerascope.core.progress import progress_bar
-from kerascope.io.images import load_images, model_image_size
+from kerascope.io.images import PREPROCESS, check_image_size, load_images, model_image_size
+from kerascope.io.paths import prepare_output_dir
 from kerascope.methods.registry import build, check_common, method_name
 from kerascope.report.html import ReportEntry, write_report
-from kerascope.viz.overlay import save_overlay
+from kerascope.viz.overlay import check_overlay_options, save_overlay
 
 
 @dataclass
@@ -83,9 +84,12 @@ def explain_images(
 
     ``method_params`` maps a method name to its constructor parameters;
     ``common_params`` (e.g. ``{"samples": 20}``) go to every method that accepts them.
-    Unreadable images are reported by name (in the summary and the report)
-    and the others are still processed. Existing files in ``out_dir`` other
-    than the ones this run writes are left alone.
+    Unreadable images (including images too large to decode safely) are
+    reported by name (in the summary and the report) and the others are still
+    processed. Every option is checked before any work (colormap, opacity,
+    sizes that cannot fit in memory, an output folder that is a file or cannot
+    be written). Existing files in ``out_dir`` other than the ones this run
+    writes are left alone.
 
     Example:
         >>> import kerascope as ks, tempfile
@@ -96,8 +100,11 @@ def explain_images(
         1
     """
     start = time.perf_counter()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_overlay_options(cmap, alpha)
+    if preprocess not in PREPROCESS:
+        raise ValueError(f"Unknown preprocessing. Received: preprocess={preprocess!r}. Expected one of {list(PREPROCESS)}.")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}.")
     if size is None:
         h, w, channels = model_image_size(model)
         if h is None or w is None:
@@ -107,8 +114,10 @@ def explain_images(
         size = (h, w)
     else:
         channels = model_image_size(model)[2] if getattr(model, "inputs", None) else 3
+    size = check_image_size(size, count=max(1, len(paths)), channels=channels)
     names = [method_name(m) for m in methods]
     check_common(list(methods), common_params)
+    out = prepare_output_dir(out_dir)
     batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
     summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors))
     summary.failed = len(batch.errors)

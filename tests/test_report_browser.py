@@ -160,7 +160,8 @@ def test_rebuild_reports_mismatched_npz_and_missing_folder(results, tmp_path):
     Explanation(e.attributions[:1], "saliency", {}, e.targets[:1], e.scores[:1]).save(folder / "saliency.npz")
     rebuild_report(folder)
     data = read_report_data(folder)
-    assert "saliency.npz" in data["errors"] and "has 1 explanations but inputs/ has 2" in data["errors"]["saliency.npz"]
+    assert "has 1 explanations but inputs/ has 2" in data["unreadable"]["saliency.npz"]
+    assert "saliency.npz" not in data["errors"]  # input-level errors stay apart from unusable files
     assert all(list(entry.overlays) == ["gradcam"] for entry in data["entries"])
     with pytest.raises(FileNotFoundError, match="Received: results_dir="):
         rebuild_report(tmp_path / "nope")

@@ -56,15 +56,29 @@ def run(args: argparse.Namespace) -> int:
         >>> main(["explain", "missing.keras", "x.png"])  # doctest: +SKIP
         2
     """
-    from kerascope.io.images import find_images
+    from kerascope.io.images import check_image_size, find_images
     from kerascope.io.models import load_model
+    from kerascope.io.paths import prepare_output_dir
+    from kerascope.methods.registry import get
     from kerascope.pipeline import explain_images
+    from kerascope.viz.overlay import check_overlay_options
 
-    model = load_model(args.model, safe_mode=not args.unsafe)
+    # every option is checked before the model is loaded or anything is computed
+    check_overlay_options(args.cmap, args.alpha)
+    for name in args.method or ["gradcam"]:
+        get(name)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1. Received: --batch-size {args.batch_size}.")
+    params = parse_params(args.param)
+    class_names = load_class_names(args.labels)
     paths = []
     for item in args.images:
         found = find_images(item)
         paths.extend(found if found else [item])
+    if args.size:
+        check_image_size(args.size, count=len(paths))
+    prepare_output_dir(args.out)
+    model = load_model(args.model, safe_mode=not args.unsafe)
     summary = explain_images(
         model, paths, args.out,
         methods=args.method or ["gradcam"],
@@ -72,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
         targets=args.target,
         size=tuple(args.size) if args.size else None,
         preprocess=args.preprocess,
-        class_names=load_class_names(args.labels),
+        class_names=class_names,
         batch_size=args.batch_size,
-        common_params=parse_params(args.param),
+        common_params=params,
         cmap=args.cmap,
         alpha=args.alpha,
         progress=not (args.quiet or args.json),

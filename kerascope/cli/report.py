@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Rebuild the report.
+    """Rebuild the report; exit code 1 when some saved files could not be used (listed on the page).
 
     Example:
         >>> from kerascope.cli import main
@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         "images": len(entries),
         "methods": sorted({m for e in entries for m in e.overlays}),
         "errors": data.get("errors", {}),
+        "unreadable": data.get("unreadable", {}),
         "seconds": round(time.perf_counter() - start, 3),
     }
-    emit(args, summary, f"rebuilt {path} ({summary['images']} images, methods {', '.join(summary['methods'])})")
-    return 0
+    lines = [f"rebuilt {path} ({summary['images']} images, methods {', '.join(summary['methods'])})"]
+    lines += [f"could not use {name}: {why}" for name, why in summary["unreadable"].items()]
+    emit(args, summary, "\n".join(lines))
+    return 1 if summary["unreadable"] else 0

@@ -92,32 +92,58 @@ class Explanation:
     def load(cls, path: str | Path) -> Explanation:
         """Load an Explanation written by :meth:`save` (no pickle involved).
 
+        A missing file raises ``FileNotFoundError``; an empty, truncated or corrupt file,
+        or one that is not a kerascope explanation, raises ``ValueError`` naming the file.
+
         Example:
-            >>> Explanation.load("missing.npz")  # doctest: +SKIP
+            >>> import tempfile, os
+            >>> p = os.path.join(tempfile.mkdtemp(), "e.npz"); _ = open(p, "wb").write(b"PK\x03\x04 cut")
+            >>> Explanation.load(p)
+            Traceback (most recent call last):
+            ValueError: Could not read the explanation file ...
         """
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"No explanation file. Received: path={str(path)!r}.")
-        with np.load(path, allow_pickle=False) as data:
-            if "meta" not in data:
-                raise ValueError(
-                    f"Not a kerascope explanation file (no metadata). Received: path={str(path)!r}."
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if not hasattr(data, "files"):
+                    raise ValueError("a single array, not an .npz archive")
+                if "meta" not in data:
+                    raise ValueError("no metadata: not written by kerascope")
+                meta = json.loads(bytes(data["meta"]).decode())
+                if not isinstance(meta, dict) or not isinstance(meta.get("method"), str):
+                    raise ValueError("metadata without a method name")
+                count = meta.get("count")
+                if not isinstance(count, int) or not 1 <= count <= 64:
+                    raise ValueError(f"metadata with an invalid attribution count {count!r}")
+                attrs = [np.asarray(data[f"attributions_{i}"]) for i in range(count)]
+                targets, scores = np.asarray(data["targets"]), np.asarray(data["scores"])
+                if targets.ndim != 1 or any(a.ndim < 1 or len(a) != len(targets) for a in attrs):
+                    raise ValueError(
+                        f"attributions {[a.shape for a in attrs]} do not match targets {targets.shape}"
+                    )
+                extras = dict(meta.get("extras") or {})
+                for key in data.files:
+                    if key.startswith("extra_"):
+                        extras[key[len("extra_"):]] = data[key]
+                params = meta.get("params") or {}
+                return cls(
+                    attributions=attrs if meta.get("multi") else attrs[0],
+                    method=meta["method"],
+                    params=params if isinstance(params, dict) else {},
+                    targets=targets,
+                    scores=scores,
+                    layer=meta.get("layer") if isinstance(meta.get("layer"), str) else None,
+                    extras=extras,
                 )
-            meta = json.loads(bytes(data["meta"]).decode())
-            attrs = [data[f"attributions_{i}"] for i in range(meta["count"])]
-            extras = dict(meta.get("extras") or {})
-            for key in data.files:
-                if key.startswith("extra_"):
-                    extras[key[len("extra_"):]] = data[key]
-            return cls(
-                attributions=attrs if meta["multi"] else attrs[0],
-                method=meta["method"],
-                params=meta["params"],
-                targets=data["targets"],
-                scores=data["scores"],
-                layer=meta.get("layer"),
-                extras=extras,
-            )
+        except Exception as error:  # zipfile/zlib/EOF/JSON/key errors all mean the same thing to the user
+            if isinstance(error, MemoryError):
+                raise
+            raise ValueError(
+                f"Could not read the explanation file {str(path)!r}: {type(error).__name__}: {error}. "
+                "It is empty, truncated, corrupt or not written by `Explanation.save`."
+            ) from None
 
     def per_position(self) -> np.ndarray:
         """Attributions summed over their last axis: one value per token / pixel / time step.

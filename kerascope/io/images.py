@@ -21,6 +21,10 @@ _STD = np.array([0.229, 0.224, 0.225], np.float32)
 _CAFFE_MEAN_BGR = np.array([103.939, 116.779, 123.68], np.float32)
 
 
+#: The largest image (pixels) kerascope decodes or resizes to: Pillow's decompression-bomb guard.
+MAX_PIXELS = 89_478_485
+
+
 class ImageReadError(ValueError):
     """An image file could not be read or decoded.
 
@@ -45,12 +49,22 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None, channels: 
         raise ValueError(f"`channels` must be 1, 3 or 4. Received: channels={channels}.")
     try:
         with Image.open(path) as image:
+            width, height = image.size
+            if width * height > MAX_PIXELS:
+                raise ImageReadError(
+                    f"{path}: image too large ({width}x{height} = {width * height} pixels; the limit is "
+                    f"{MAX_PIXELS} pixels, a guard against decompression bombs); skipped."
+                )
             image = image.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
             if size is not None:
                 image = image.resize((int(size[1]), int(size[0])), Image.BILINEAR)
             array = np.asarray(image, dtype=np.uint8)
+    except ImageReadError:
+        raise
     except FileNotFoundError as error:
         raise ImageReadError(f"{path}: file not found.") from error
+    except Image.DecompressionBombError as error:
+        raise ImageReadError(f"{path}: image too large, refused as a possible decompression bomb ({error}).") from error
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise ImageReadError(f"{path}: not a readable image ({type(error).__name__}: {error}).") from error
     if array.ndim == 2:
@@ -143,9 +157,80 @@ def load_images(
             ok.append(Path(path))
         except ImageReadError as error:
             errors[str(path)] = str(error)
+        except Exception as error:  # one bad file never stops the others
+            if isinstance(error, MemoryError):
+                errors[str(path)] = f"{path}: not enough memory to decode this image; skipped."
+            else:
+                errors[str(path)] = f"{path}: {type(error).__name__}: {error}"
     h, w = size
     stacked = np.stack(pixels) if pixels else np.zeros((0, h, w, channels), np.uint8)
     return ImageBatch(preprocess(stacked, mode), stacked, ok, errors)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations (``MemAvailable`` on Linux), or ``None`` if unknown.
+
+    Example:
+        >>> m = available_memory(); m is None or m > 0
+        True
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_image_size(
+    size: object, count: int = 1, channels: int = 3, copies: int = 4, available: int | None = None
+) -> tuple[int, int]:
+    """Validate ``size=(H, W)`` before anything is allocated; returns it as two ints.
+
+    Refuses non-positive sizes, sizes over :data:`MAX_PIXELS`, and sizes whose arrays for
+    ``count`` images (uint8 pixels plus ``copies`` float32 arrays: inputs, attributions, ...)
+    cannot fit in ``available`` bytes (default: the memory available now).
+
+    Example:
+        >>> check_image_size([32, 48])
+        (32, 48)
+        >>> check_image_size((0, 0))
+        Traceback (most recent call last):
+        ValueError: `size` must be two positive integers (H, W). Received: size=(0, 0).
+        >>> check_image_size((4000, 4000), count=100, available=10**9)
+        Traceback (most recent call last):
+        ValueError: size=(4000, 4000) needs about 33.6 GB for 100 image(s) ...
+    """
+    try:
+        h, w = (int(v) for v in size)  # type: ignore[union-attr]
+        valid = [int(v) for v in size] == [float(v) for v in size]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        h = w = 0
+        valid = False
+    if not valid or h < 1 or w < 1:
+        shown = tuple(size) if isinstance(size, (list, tuple)) else size
+        raise ValueError(f"`size` must be two positive integers (H, W). Received: size={shown}.")
+    if h * w > MAX_PIXELS:
+        raise ValueError(
+            f"`size` is too large. Received: size=({h}, {w}) = {h * w} pixels per image; the limit is "
+            f"{MAX_PIXELS} pixels. Use a size close to the model's input size (CLI: --size H W)."
+        )
+    needed = count * h * w * channels * (1 + 4 * copies)
+    available = available_memory() if available is None else available
+    if available is not None and needed > available:
+        raise ValueError(
+            f"size=({h}, {w}) needs about {needed / 1e9:.1f} GB for {count} image(s) but only "
+            f"{available / 1e9:.1f} GB of memory is available. Use a smaller size or fewer images per run "
+            "(`kerascope batch` streams any number of images in fixed memory)."
+        )
+    return h, w
 
 
 def find_images(root: str | Path) -> list[Path]:

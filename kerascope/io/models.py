@@ -2,12 +2,47 @@
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import keras
 
 SUPPORTED = (".keras", ".h5", ".hdf5")
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _check_container(path: Path) -> None:
+    """Raise ``ValueError`` when the file is not the container its suffix promises (before Keras reads it)."""
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"The model file is empty. Received: path={str(path)!r}.")
+    if path.suffix.lower() == ".keras":
+        problem = None
+        if not zipfile.is_zipfile(path):
+            problem = "not a zip archive"
+        else:
+            try:
+                with zipfile.ZipFile(path) as archive:
+                    names = set(archive.namelist())
+                if "config.json" not in names:
+                    problem = "a zip archive without config.json"
+            except (zipfile.BadZipFile, OSError, EOFError) as error:
+                problem = f"a damaged zip archive ({error})"
+        if problem is not None:
+            raise ValueError(
+                f"Not a valid .keras model file: {problem} ({size} bytes; truncated, or not a model). "
+                f"Received: path={str(path)!r}. Save the model again with `model.save('model.keras')`."
+            )
+    else:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+        if head != _HDF5_SIGNATURE:
+            raise ValueError(
+                f"Not a valid {path.suffix} model file: no HDF5 signature ({size} bytes; truncated, or not a "
+                f"model). Received: path={str(path)!r}."
+            )
 
 
 def load_model(path: str | Path, *, safe_mode: bool = True, custom_objects: dict[str, Any] | None = None) -> keras.Model:
@@ -36,6 +71,7 @@ def load_model(path: str | Path, *, safe_mode: bool = True, custom_objects: dict
         raise ValueError(
             f"Unsupported model file type. Received: path={str(path)!r}. Expected one of {SUPPORTED}."
         )
+    _check_container(path)
     try:
         return keras.saving.load_model(path, compile=False, safe_mode=safe_mode, custom_objects=custom_objects)
     except ValueError as error:
@@ -47,7 +83,7 @@ def load_model(path: str | Path, *, safe_mode: bool = True, custom_objects: dict
                 "(CLI: --unsafe)."
             ) from error
         raise ValueError(f"Could not load model {str(path)!r}: {text}") from error
-    except (OSError, KeyError, TypeError) as error:
+    except (OSError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as error:
         raise ValueError(
             f"Could not read model file {str(path)!r} ({type(error).__name__}: {error}). Is it a "
             "Keras .keras/.h5 file saved with Keras 3 (or tf.keras 2 for .h5)? Custom layers need "

@@ -17,10 +17,14 @@ import base64
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+
+from kerascope.io.paths import UnsafePathError, atomic_write_text, inside, sniff_image
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fafafa}
@@ -111,15 +115,131 @@ def html_table(data: TableData) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+_DATA_URI = re.compile(r"^data:image/(png|jpeg);base64,[A-Za-z0-9+/=]*$")
+
+
 def _src(path: str, base: Path | None) -> str:
-    """The ``src`` of a picture: the relative path, or a data URI when ``base`` is given (embedding)."""
-    if base is None or path.startswith("data:"):
+    """The ``src`` of a picture: the relative path, or a data URI when ``base`` is given (embedding).
+
+    Only PNG / JPEG files inside ``base`` are embedded (links followed, bytes checked); anything
+    else raises :class:`~kerascope.io.paths.UnsafePathError`, so no other file is ever read.
+    """
+    if path.startswith("data:"):
+        if not _DATA_URI.match(path):
+            raise UnsafePathError(f"Refusing a picture that is not a PNG/JPEG data URI. Received: {path[:40]!r}.")
         return path
-    file = base / path
-    kind = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".gif": "gif", ".webp": "webp"}.get(
-        file.suffix.lower(), "png"
-    )
+    if base is None:
+        return path
+    file = inside(base, path)
+    kind = sniff_image(file) if file.is_file() else None
+    if kind is None:
+        raise UnsafePathError(f"Refusing to embed a file that is not a PNG or JPEG image. Received: path={path!r}.")
     return f"data:image/{kind};base64," + base64.b64encode(file.read_bytes()).decode()
+
+
+def picture_problem(folder: str | Path, path: str) -> str | None:
+    """Why ``path`` (relative to ``folder``) may not be shown in a report, or ``None`` when it may.
+
+    A picture must be a PNG or JPEG file inside ``folder``; links that leave it are refused.
+
+    Example:
+        >>> import tempfile
+        >>> picture_problem(tempfile.mkdtemp(), "../../etc/passwd")[:21]
+        'leads outside the res'
+    """
+    if path.startswith("data:"):
+        return None if _DATA_URI.match(path) else "is a data URI that is not a PNG/JPEG image"
+    try:
+        file = inside(folder, path)
+    except UnsafePathError:
+        return "leads outside the results folder; not shown"
+    if not file.is_file():
+        return "is missing; not shown"
+    if sniff_image(file) is None:
+        return "is not a PNG or JPEG image; not shown"
+    return None
+
+
+_ALLOWED_TAGS = {"table", "thead", "tbody", "tr", "th", "td", "caption", "figure", "figcaption", "img", "b", "i",
+                 "em", "strong", "br", "p", "span", "div", "code", "pre", "ul", "ol", "li", "h3", "h4"}
+_VOID_TAGS = {"img", "br"}
+_DROP_CONTENT = {"script", "style", "iframe", "object", "embed", "template", "noscript", "svg", "math", "title"}
+_CLASS = re.compile(r"^[A-Za-z0-9 _-]{0,40}$")
+
+
+class _Sanitizer(HTMLParser):
+    def __init__(self, folder: Path | None, embed: bool) -> None:
+        super().__init__(convert_charrefs=True)
+        self.folder, self.embed = folder, embed
+        self.out: list[str] = []
+        self.stack: list[str] = []
+        self.skipping = 0
+        self.refused: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _DROP_CONTENT:
+            self.skipping += 1
+            return
+        if self.skipping or tag not in _ALLOWED_TAGS:
+            return
+        values = {k: v or "" for k, v in attrs}
+        kept = ""
+        if "class" in values and _CLASS.match(values["class"]):
+            kept += f" class='{_e(values['class'])}'"
+        if tag == "img":
+            src = values.get("src", "")
+            problem = "no folder to check it against" if self.folder is None else picture_problem(self.folder, src)
+            if problem is not None:
+                self.refused.append(f"{src}: {problem}")
+                return
+            kept += f" src='{_e(_src(src, self.folder if self.embed else None))}' alt='{_e(values.get('alt', ''))}'"
+        self.out.append(f"<{tag}{kept}>")
+        if tag not in _VOID_TAGS:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _DROP_CONTENT:
+            return
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID_TAGS and self.stack and self.stack[-1] == tag:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _DROP_CONTENT:
+            self.skipping = max(0, self.skipping - 1)
+            return
+        if self.skipping or tag not in self.stack:
+            return
+        while self.stack:
+            top = self.stack.pop()
+            self.out.append(f"</{top}>")
+            if top == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if not self.skipping:
+            self.out.append(_e(data))
+
+    def result(self) -> str:
+        self.close()
+        return "".join(self.out) + "".join(f"</{t}>" for t in reversed(self.stack))
+
+
+def sanitize_html(text: str, folder: str | Path | None = None, embed: bool = False) -> tuple[str, list[str]]:
+    """Rebuild untrusted HTML from a whitelist: returns ``(safe html, refused pictures)``.
+
+    Only table, figure and text-formatting tags survive, without attributes except a plain
+    ``class`` and an ``<img>``'s ``src``/``alt``; ``src`` must be a PNG/JPEG file inside
+    ``folder`` (inlined when ``embed``). Scripts, styles, event handlers and links are
+    dropped and all text is escaped again.
+
+    Example:
+        >>> sanitize_html("<table><tr><td onclick='x()'>1 &lt; 2<script>alert(1)</script></td></tr></table>")[0]
+        '<table><tr><td>1 &lt; 2</td></tr></table>'
+    """
+    parser = _Sanitizer(Path(folder) if folder is not None else None, embed)
+    parser.feed(str(text))
+    return parser.result(), parser.refused
 
 
 def _score(value: float) -> str:
@@ -134,13 +254,17 @@ def render(
     errors: Mapping[str, str] | None = None,
     tables: Mapping[str, TableData] | None = None,
     embed_from: str | Path | None = None,
+    unreadable: Mapping[str, str] | None = None,
 ) -> str:
     """Render the report page as a string (paths in entries are relative to the page).
 
     ``tables`` maps a heading to table data (see :func:`html_table`), shown
     above the images, e.g. a metric table ``{"gradcam": {"pointing game": 0.9}}``.
     ``embed_from``: folder the entry paths are relative to; when given, the
-    pictures are inlined as ``data:`` URIs (a single self-contained file).
+    pictures are inlined as ``data:`` URIs (a single self-contained file); only
+    PNG/JPEG files inside that folder are read.
+    ``unreadable``: ``{file name: reason}`` for saved files that could not be used
+    (listed on the page in their own section).
 
     Example:
         >>> page = render([ReportEntry("<b>.png", "a.png", [("x", 1.0)], {"gradcam": "g.png"})])
@@ -164,7 +288,7 @@ def render(
         figures = [
             f"<figure><img src='{_e(_src(entry.image, base))}' alt='{_e(entry.name)}'>"
             "<figcaption>input</figcaption></figure>"
-        ]
+        ] if entry.image else []
         for method, path in entry.overlays.items():
             figures.append(
                 f"<figure><img src='{_e(_src(path, base))}' alt='{_e(method)} for {_e(entry.name)}'>"
@@ -177,6 +301,9 @@ def render(
     if errors:
         rows = "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(v)}</td></tr>" for k, v in errors.items())
         parts.append(f"<div class='card'><h2>Inputs that could not be explained</h2><table>{rows}</table></div>")
+    if unreadable:
+        rows = "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(v)}</td></tr>" for k, v in unreadable.items())
+        parts.append(f"<div class='card'><h2>Saved files that could not be used</h2><table>{rows}</table></div>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -206,6 +333,7 @@ def write_report(
     tables: Mapping[str, TableData] | None = None,
     embed_images: bool = False,
     save_data: bool = True,
+    unreadable: Mapping[str, str] | None = None,
 ) -> Path:
     """Write :func:`render` to ``path`` (usually ``OUT/index.html``); returns the path.
 
@@ -221,6 +349,10 @@ def write_report(
         embed_images: inline every picture as a ``data:`` URI (one self-contained file).
         save_data: also write ``report.json`` next to the page (entries, tables, errors)
             so that ``kerascope report`` can rebuild it later.
+        unreadable: ``{file: reason}`` for saved files a rebuild could not use (shown, and kept in
+            ``report.json`` under ``"unreadable"``).
+
+    Both files are written atomically; a symbolic link in their place is replaced, never followed.
 
     Example:
         >>> import tempfile, os
@@ -233,9 +365,9 @@ def write_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     page = render(
         entries, title=title, subtitle=subtitle, errors=errors, tables=tables,
-        embed_from=path.parent if embed_images else None,
+        embed_from=path.parent if embed_images else None, unreadable=unreadable,
     )
-    path.write_text(page, encoding="utf-8")
+    atomic_write_text(path, page)
     if save_data:
         data = {
             "format": 1,
@@ -244,18 +376,23 @@ def write_report(
             "errors": dict(errors or {}),
             "tables": _json_tables({k: v for k, v in (tables or {}).items() if not isinstance(v, str)}),
             "html_tables": {str(k): v for k, v in (tables or {}).items() if isinstance(v, str)},
+            "unreadable": dict(unreadable or {}),
             "entries": [
                 {**asdict(e), "predictions": [[str(label), None if math.isnan(float(s)) else float(s)]
                                               for label, s in e.predictions]}
                 for e in entries
             ],
         }
-        (path.parent / "report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+        atomic_write_text(path.parent / "report.json", json.dumps(data, indent=1))
     return path
 
 
 def read_report_data(folder: str | Path) -> dict[str, Any] | None:
     """The ``report.json`` saved by :func:`write_report` in ``folder``, or ``None`` if there is none.
+
+    Raises ``ValueError`` naming the file when it is not valid JSON of the expected shape
+    (strings where text is expected, lists of entries, tables as dicts). Text is returned as
+    it was saved: render it only through :func:`render`, which escapes it.
 
     Example:
         >>> import tempfile
@@ -265,13 +402,39 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
     file = Path(folder) / "report.json"
     if not file.exists():
         return None
-    data = json.loads(file.read_text(encoding="utf-8"))
-    data["entries"] = [
-        ReportEntry(
-            name=e["name"], image=e["image"],
-            predictions=[(str(label), float("nan") if s is None else float(s)) for label, s in e["predictions"]],
-            overlays=dict(e.get("overlays") or {}), target=e.get("target"),
-        )
-        for e in data.get("entries", [])
-    ]
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, found {type(data).__name__}")
+        for key in ("title", "subtitle"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise TypeError(f"{key!r} must be a string")
+        for key in ("errors", "tables", "html_tables", "unreadable"):
+            if not isinstance(data.get(key) or {}, dict):
+                raise TypeError(f"{key!r} must be an object")
+        data["errors"] = {str(k): str(v) for k, v in (data.get("errors") or {}).items()}
+        data["unreadable"] = {str(k): str(v) for k, v in (data.get("unreadable") or {}).items()}
+        if not all(isinstance(v, str) for v in (data.get("html_tables") or {}).values()):
+            raise TypeError("'html_tables' values must be strings")
+        entries = data.get("entries") or []
+        if not isinstance(entries, list):
+            raise TypeError("'entries' must be a list")
+        parsed = []
+        for e in entries:
+            overlays = e.get("overlays") or {}
+            if not isinstance(overlays, dict) or not all(isinstance(v, str) for v in overlays.values()):
+                raise TypeError("an entry's 'overlays' must map method names to picture paths")
+            if not isinstance(e["image"], str):
+                raise TypeError("an entry's 'image' must be a path string")
+            parsed.append(ReportEntry(
+                name=str(e["name"]), image=e["image"],
+                predictions=[(str(label), float("nan") if s is None else float(s)) for label, s in e["predictions"]],
+                overlays={str(k): v for k, v in overlays.items()},
+                target=None if e.get("target") is None else str(e["target"]),
+            ))
+        data["entries"] = parsed
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as error:
+        raise ValueError(
+            f"Could not read {str(file)!r}: not a valid kerascope report.json ({type(error).__name__}: {error})."
+        ) from error
     return data

@@ -6,6 +6,13 @@ A results folder written by :func:`kerascope.pipeline.explain_images`
 ``report.json``. :func:`rebuild_report` reads them back, redraws missing (or,
 on request, all) overlays from the raw attributions and writes the page again,
 optionally with new class names or extra tables (e.g. metrics computed later).
+
+The folder is treated as untrusted input (it may come from someone else):
+names read from files are sanitised before they become file names, every
+picture path read from ``report.json`` must be a PNG/JPEG inside the folder,
+saved HTML is rebuilt from a whitelist, nothing is written outside the folder,
+and files that cannot be read are listed on the page (``unreadable``) rather
+than silently dropped.
 """
 
 from __future__ import annotations
@@ -21,14 +28,25 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.progress import progress_bar
-from kerascope.report.html import ReportEntry, TableData, read_report_data, write_report
+from kerascope.io.paths import UnsafePathError, inside, safe_name
+from kerascope.report.html import (
+    ReportEntry,
+    TableData,
+    picture_problem,
+    read_report_data,
+    sanitize_html,
+    write_report,
+)
 
 
-def load_explanations(results_dir: str | Path, order: Sequence[str] = ()) -> dict[str, Explanation]:
+def load_explanations(
+    results_dir: str | Path, order: Sequence[str] = (), unreadable: dict[str, str] | None = None
+) -> dict[str, Explanation]:
     """Every kerascope ``.npz`` explanation in a folder, keyed by method name.
 
-    Files that are not kerascope explanations are skipped. Methods named in
-    ``order`` come first, in that order.
+    Files that cannot be read (empty, truncated, corrupt, not written by kerascope)
+    are skipped; pass a dict as ``unreadable`` to receive ``{file name: reason}``.
+    Methods named in ``order`` come first, in that order.
 
     Example:
         >>> import tempfile
@@ -39,11 +57,39 @@ def load_explanations(results_dir: str | Path, order: Sequence[str] = ()) -> dic
     for file in sorted(Path(results_dir).glob("*.npz")):
         try:
             explanation = Explanation.load(file)
-        except (ValueError, KeyError, OSError):
+        except (ValueError, OSError) as error:
+            if unreadable is not None:
+                unreadable[file.name] = str(error)
             continue
         found[explanation.method if explanation.method not in found else file.stem] = explanation
     ranked = [m for m in order if m in found] + [m for m in found if m not in order]
     return {m: found[m] for m in ranked}
+
+
+def _file_names(methods: Sequence[str]) -> dict[str, str]:
+    """A distinct safe file-name part per method name (names from files never reach a path unchanged)."""
+    names: dict[str, str] = {}
+    for method in methods:
+        base = safe_name(method, fallback="method", max_length=40)
+        name, n = base, 1
+        while name in names.values():
+            n += 1
+            name = f"{base}-{n}"
+        names[method] = name
+    return names
+
+
+def _read_json(file: Path, unreadable: dict[str, str]) -> dict[str, Any]:
+    if not file.exists():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, found {type(data).__name__}")
+        return data
+    except (UnicodeDecodeError, ValueError, TypeError) as error:
+        unreadable[file.name] = f"Could not read {str(file)!r}: {type(error).__name__}: {error}."
+        return {}
 
 
 def _relabel(label: str, class_names: Sequence[str] | None) -> str:
@@ -70,6 +116,10 @@ def rebuild_report(
 ) -> Path:
     """Rewrite ``RESULTS_DIR/index.html`` from the saved explanations and ``inputs/``; returns its path.
 
+    Saved files that cannot be used (unreadable ``.npz``/JSON, pictures outside the folder or
+    not images, explanations whose count does not match ``inputs/``) are listed on the page
+    and in ``report.json`` under ``"unreadable"``; ``kerascope report`` then exits 1.
+
     Args:
         results_dir: a folder written by ``kerascope explain`` / ``demo`` (or
             :func:`kerascope.pipeline.explain_images`).
@@ -88,55 +138,100 @@ def rebuild_report(
     """
     from PIL import Image
 
-    from kerascope.viz.overlay import save_overlay
+    from kerascope.viz.overlay import check_overlay_options, save_overlay
 
+    check_overlay_options(cmap, alpha)
     out = Path(results_dir)
     if not out.is_dir():
         raise FileNotFoundError(f"No results folder. Received: results_dir={str(results_dir)!r}.")
+    root = out.resolve()
+    for name in ("overlays", "index.html", "report.json"):
+        if (out / name).is_symlink():
+            try:
+                inside(root, name)
+            except UnsafePathError:
+                raise UnsafePathError(
+                    f"{str(out / name)!r} is a symbolic link that leads outside the results folder; refusing to "
+                    "write through it. Remove it and run again."
+                ) from None
+    unreadable: dict[str, str] = {}
     inputs = sorted((out / "inputs").glob("*.png"))
-    summary: dict[str, Any] = {}
-    if (out / "summary.json").exists():
-        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    saved = read_report_data(out) or {}
-    explanations = load_explanations(out, order=summary.get("methods", ()))
+    summary = _read_json(out / "summary.json", unreadable)
+    try:
+        saved = read_report_data(out) or {}
+    except ValueError as error:
+        unreadable["report.json"] = str(error)
+        saved = {}
+    order = summary.get("methods", ())
+    explanations = load_explanations(out, order=order if isinstance(order, list) else (), unreadable=unreadable)
     if not explanations and not saved.get("entries"):
+        listed = f" Unreadable: {unreadable}." if unreadable else ""
         raise ValueError(
-            "Nothing to rebuild: no kerascope .npz explanations and no report.json. "
-            f"Received: results_dir={str(results_dir)!r}. Expected the output folder of `kerascope explain`."
+            "Nothing to rebuild: no readable kerascope .npz explanations and no report.json. "
+            f"Received: results_dir={str(results_dir)!r}. Expected the output folder of `kerascope explain`.{listed}"
         )
-    errors: dict[str, str] = dict(saved.get("errors") or summary.get("errors") or {})
+    saved_errors = saved.get("errors") or summary.get("errors") or {}
+    errors: dict[str, str] = {str(k): str(v) for k, v in dict(saved_errors).items()} if isinstance(
+        saved_errors, dict) else {}
     usable: dict[str, Explanation] = {}
     for method, explanation in explanations.items():
         if len(explanation) != len(inputs):
-            errors[f"{method}.npz"] = (
+            unreadable[f"{method}.npz"] = (
                 f"has {len(explanation)} explanations but inputs/ has {len(inputs)} images; skipped."
             )
         else:
             usable[method] = explanation
+    file_names = _file_names(list(usable))
     previous = {e.image: e for e in saved.get("entries", [])}
     first = next(iter(usable.values()), None)
-    paths = [str(p) for p in first.extras.get("paths", [])] if first is not None else []
-    predictions_top1: dict[str, str] = summary.get("predictions", {})
+    paths = [str(p) for p in np.ravel(first.extras.get("paths", []))] if first is not None else []
+    predictions_top1 = summary.get("predictions", {})
+    predictions_top1 = predictions_top1 if isinstance(predictions_top1, dict) else {}
 
     entries: list[ReportEntry] = []
     for i in progress_bar(range(len(inputs)), enabled=progress, desc="report", unit="image"):
         image_file = inputs[i]
         rel_image = f"inputs/{image_file.name}"
-        before = previous.get(rel_image)
+        problem = picture_problem(out, rel_image)
+        if problem is not None:
+            unreadable[rel_image] = problem
+            rel_image = ""
+        before = previous.get(f"inputs/{image_file.name}")
         original = paths[i] if i < len(paths) else None
         name = before.name if before else (Path(original).name if original else image_file.stem.split("_", 1)[-1])
         overlays: dict[str, str] = {}
         pixels = None
         for method, explanation in usable.items():
-            rel = f"overlays/{image_file.stem}_{method}.png"
-            if redraw or not (out / rel).exists():
-                if pixels is None:
-                    with Image.open(image_file) as picture:
-                        pixels = np.asarray(picture.convert("RGB"))
-                attribution = explanation.attributions
-                attribution = attribution[0] if isinstance(attribution, (list, tuple)) else attribution
-                save_overlay(out / rel, pixels, attribution[i], cmap=cmap, alpha=alpha)
+            rel = f"overlays/{safe_name(image_file.stem)}_{file_names[method]}.png"
+            try:
+                target_file = inside(root, rel)
+            except UnsafePathError as error:
+                unreadable[rel] = str(error)
+                continue
+            if redraw or not target_file.exists():
+                if not rel_image:
+                    continue
+                try:
+                    if pixels is None:
+                        with Image.open(inside(root, rel_image)) as picture:
+                            pixels = np.asarray(picture.convert("RGB"))
+                    attribution = explanation.attributions
+                    attribution = attribution[0] if isinstance(attribution, (list, tuple)) else attribution
+                    save_overlay(target_file, pixels, attribution[i], cmap=cmap, alpha=alpha)
+                except (ValueError, TypeError, IndexError, OSError) as error:
+                    unreadable[rel] = f"could not draw the {method} overlay: {type(error).__name__}: {error}"
+                    continue
+            elif picture_problem(out, rel) is not None:
+                unreadable[rel] = str(picture_problem(out, rel))
+                continue
             overlays[method] = rel
+        if not overlays and before is not None:
+            for method, path in before.overlays.items():
+                problem = picture_problem(out, path)
+                if problem is None:
+                    overlays[method] = path
+                else:
+                    unreadable[f"{path} (report.json, {method})"] = problem
         if before is not None:
             predictions = [(_relabel(label, class_names), score) for label, score in before.predictions]
         elif original is not None and original in predictions_top1:
@@ -144,15 +239,26 @@ def rebuild_report(
         else:
             predictions = []
         if first is not None and (class_names or before is None):
-            target: str | None = _class_name(int(first.targets[i]), class_names)
+            target: str | None = _class_name(int(np.ravel(first.targets)[i]), class_names)
         else:
             target = _relabel(before.target, class_names) if before and before.target is not None else None
-        entries.append(ReportEntry(name, rel_image, predictions, overlays or (before.overlays if before else {}),
-                                   target))
+        entries.append(ReportEntry(name, rel_image, predictions, overlays, target))
     if not inputs and saved.get("entries"):
         warnings.warn(f"{out / 'inputs'} holds no images; the rebuilt report has no pictures.", stacklevel=2)
 
-    merged: dict[str, TableData] = {**saved.get("html_tables", {}), **saved.get("tables", {}), **dict(tables or {})}
+    merged: dict[str, TableData] = {}
+    for heading, text in (saved.get("html_tables") or {}).items():  # HTML from a file: rebuilt from a whitelist
+        merged[heading], refused = sanitize_html(text, out, embed=embed_images)
+        if refused:
+            unreadable[f"table {heading!r} in report.json"] = "pictures refused: " + "; ".join(refused)
+    for heading, table in (saved.get("tables") or {}).items():
+        if isinstance(table, str):  # a str table is trusted HTML to html_table: never from a file
+            merged[heading] = sanitize_html(table, out, embed=embed_images)[0]
+        elif isinstance(table, (list, dict)):
+            merged[heading] = table
+        else:
+            unreadable[f"report.json table {heading!r}"] = f"not a table ({type(table).__name__}); skipped"
+    merged.update(dict(tables or {}))
     methods = list(usable)
     return write_report(
         out / "index.html",
@@ -162,4 +268,5 @@ def rebuild_report(
         errors=errors,
         tables=merged,
         embed_images=embed_images,
+        unreadable=unreadable,
     )

@@ -67,6 +67,27 @@ def _resize(map2d: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return np.asarray(image.resize((shape[1], shape[0]), Image.BILINEAR), np.float32)
 
 
+def check_overlay_options(cmap: str, alpha: float) -> None:
+    """Raise ``ValueError`` for an unknown matplotlib colormap or an opacity outside [0, 1] (checked before any work).
+
+    Example:
+        >>> check_overlay_options("viridis", 0.5)
+        >>> check_overlay_options("nosuchcmap", 0.5)
+        Traceback (most recent call last):
+        ValueError: Unknown colormap. Received: cmap='nosuchcmap'. ...
+    """
+    import matplotlib
+
+    if not isinstance(cmap, str) or cmap not in matplotlib.colormaps:
+        close = [n for n in sorted(matplotlib.colormaps) if not n.endswith("_r")][:12]
+        raise ValueError(
+            f"Unknown colormap. Received: cmap={cmap!r}. Expected a matplotlib colormap name, e.g. "
+            f"{', '.join(close)} (all: `matplotlib.colormaps`)."
+        )
+    if not (isinstance(alpha, (int, float)) and 0.0 <= float(alpha) <= 1.0):
+        raise ValueError(f"The overlay opacity must lie in [0, 1]. Received: alpha={alpha!r}.")
+
+
 def overlay(
     image: np.ndarray, attribution: np.ndarray, *, cmap: str = "jet", alpha: float = 0.5, reduce: str = "abs_sum"
 ) -> np.ndarray:

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from kerascope.batch import shards as sh
 from kerascope.batch.collector import Collector
 from kerascope.batch.sources import fingerprint, open_source
 from kerascope.batch.worker import BatchExplainer, WorkerConfig
+from kerascope.io.images import check_image_size
+from kerascope.io.paths import prepare_output_dir
 
 ENGINES = ("local", "ray")
 MAP_DTYPES = ("float16", "float32")
@@ -42,6 +45,7 @@ class BatchSummary:
     skipped: int = 0
     shards_written: int = 0
     shards_skipped: int = 0
+    shards_rejected: int = 0
     seconds: float = 0.0
     compute_seconds: float = 0.0
     startup_seconds: float = 0.0
@@ -69,57 +73,102 @@ class BatchSummary:
         """
         line = (f"processed {self.processed}, failed {self.failed}, skipped {self.skipped} (already done) "
                 f"in {self.seconds:.1f}s ({self.images_per_s:.1f} images/s, engine {self.engine}) -> {self.out_dir}")
+        if self.shards_rejected:
+            line += (f"\n{self.shards_rejected} shard file(s) on disk failed verification and were recomputed "
+                     "(see details.shards_rejected)")
         if self.errors_total:
             line += f"\n{self.errors_total} input(s) failed; reasons in {self.errors_table}"
         return line
 
 
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file, streamed.
+file_sha256 = sh.file_sha256
 
-    Example:
-        >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "f"); _ = open(p, "wb").write(b"")
-        >>> file_sha256(p)[:8]
-        'e3b0c442'
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+
+def _check_classes(values: np.ndarray, where: str) -> None:
+    bad = np.flatnonzero(values < 0)
+    if len(bad):
+        raise ValueError(
+            f"Target classes must be non-negative class indices. Received: {where} has {len(bad)} negative "
+            f"value(s), e.g. {values[bad[0]]} at position {bad[0]}. Leave a target out (or pass targets=None) "
+            "to explain the predicted class."
+        )
 
 
 def resolve_targets(targets: Any, ids: list[str]) -> tuple[np.ndarray, int]:
-    """Per-input target classes (-1 = the predicted class) and how many ids a mapping did not cover.
+    """Per-input target classes (-1 = the predicted class) and how many inputs a mapping did not cover.
 
     ``targets``: ``None`` (predicted class), an int (same class for all), a
     sequence with one int per input, a dict ``id -> class`` or the path of a CSV
     file with rows ``id,class`` (a header row is allowed). Ids are matched as
-    written, else by file name when that is unique.
+    written, else by file name when that is unique. Negative classes and
+    non-integers are errors, and so is an id listed twice with different classes;
+    inputs without a target (predicted class used), ids that match no input and
+    repeated identical rows are reported with counts in a ``UserWarning``.
 
     Example:
-        >>> resolve_targets({"a.png": 2}, ["a.png", "b.png"])
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     resolve_targets({"a.png": 2}, ["a.png", "b.png"])
         (array([ 2, -1]), 1)
+        >>> resolve_targets(-3, ["a.png"])
+        Traceback (most recent call last):
+        ValueError: Target classes must be non-negative class indices. ...
     """
     n = len(ids)
     if targets is None:
         return np.full(n, -1, np.int64), 0
+    if isinstance(targets, (bool, np.bool_)):
+        raise TypeError(f"A target class must be an integer index. Received: targets={targets!r}.")
     if isinstance(targets, (int, np.integer)):
+        _check_classes(np.array([int(targets)]), f"targets={int(targets)}")
         return np.full(n, int(targets), np.int64), 0
     if isinstance(targets, (str, Path)):
         targets = _read_targets_csv(Path(targets))
     if isinstance(targets, dict):
+        lookup = {}
+        for k, v in targets.items():
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"A target class must be an integer index. Received: {k!r} -> {v!r}.")
+            lookup[str(k)] = int(v)
+        _check_classes(np.array(list(lookup.values()), np.int64), "the targets mapping")
         names = [Path(i).name for i in ids]
         unique_names = len(set(names)) == len(names)
-        lookup = {str(k): int(v) for k, v in targets.items()}
         by_name = {Path(k).name: v for k, v in lookup.items()} if unique_names else {}
-        values = [lookup.get(i, by_name.get(name, -1)) for i, name in zip(ids, names, strict=True)]
+        values, used = [], set()
+        for i, name in zip(ids, names, strict=True):
+            if i in lookup:
+                values.append(lookup[i])
+                used.add(i)
+            elif name in by_name:
+                values.append(by_name[name])
+                used.update(k for k in lookup if Path(k).name == name)
+            else:
+                values.append(-1)
         out = np.asarray(values, np.int64)
-        return out, int((out < 0).sum())
-    out = np.asarray(list(targets), np.int64)
+        missing = int((out < 0).sum())
+        unknown = [k for k in lookup if k not in used]
+        notes = []
+        if missing:
+            notes.append(f"{missing} of {n} input(s) have no target and are explained for their predicted class")
+        if unknown:
+            notes.append(f"{len(unknown)} target id(s) match no input and are ignored, e.g. {unknown[:3]}")
+        if notes:
+            warnings.warn("Batch targets: " + "; ".join(notes) + ".", UserWarning, stacklevel=3)
+        return out, missing
+    try:
+        raw = list(targets)
+    except TypeError:
+        raise TypeError(
+            f"Unsupported targets. Received: type={type(targets).__name__}. Expected None, an int, one int per "
+            "input, a dict id -> class or a CSV path."
+        ) from None
+    if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in raw):
+        raise TypeError("Targets must be integer class indices, one per input. Received a non-integer value.")
+    out = np.asarray(raw, np.int64).reshape(-1)
     if out.shape != (n,):
         raise ValueError(f"Expected one target per input ({n}). Received: {out.shape[0]} targets.")
+    _check_classes(out, "the targets sequence")
     return out, 0
 
 
@@ -127,6 +176,9 @@ def _read_targets_csv(path: Path) -> dict[str, int]:
     if not path.exists():
         raise FileNotFoundError(f"No targets file. Received: targets={str(path)!r}.")
     out: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    conflicts: list[str] = []
+    repeated = 0
     with open(path, newline="", encoding="utf-8") as handle:
         for number, row in enumerate(csv.reader(handle)):
             if not row or row[0].startswith("#"):
@@ -134,13 +186,34 @@ def _read_targets_csv(path: Path) -> dict[str, int]:
             if len(row) < 2:
                 raise ValueError(f"{path}:{number + 1}: expected 'id,class'. Received: {row!r}.")
             try:
-                out[row[0].strip()] = int(row[1])
+                value = int(row[1])
             except ValueError:
                 if number == 0:
                     continue  # header
                 raise ValueError(
                     f"{path}:{number + 1}: the class must be an integer index. Received: {row[1]!r}."
                 ) from None
+            if value < 0:
+                raise ValueError(
+                    f"{path}:{number + 1}: the class must be a non-negative index. Received: {row[1]!r} for id "
+                    f"{row[0].strip()!r}. Leave the id out to explain its predicted class."
+                )
+            key = row[0].strip()
+            if key in out:
+                if out[key] != value:
+                    conflicts.append(f"{key!r} (line {lines[key]}: {out[key]}, line {number + 1}: {value})")
+                else:
+                    repeated += 1
+                continue
+            out[key], lines[key] = value, number + 1
+    if conflicts:
+        raise ValueError(
+            f"{path}: {len(conflicts)} id(s) listed more than once with different classes: "
+            f"{', '.join(conflicts[:5])}{' ...' if len(conflicts) > 5 else ''}. Keep one row per id."
+        )
+    if repeated:
+        warnings.warn(f"{path}: {repeated} repeated row(s) with the same id and class ignored.", UserWarning,
+                      stacklevel=4)
     return out
 
 
@@ -176,7 +249,9 @@ def run(
     ``errors.parquet`` (the failed inputs and why), ``manifest.json`` (method,
     parameters, model SHA-256, kerascope version, summary) and with
     ``overlays=True`` ``overlays/*.png``. Running again on the same folder
-    resumes: complete shards are skipped, only missing ones are computed.
+    resumes: shards whose file still has the checksum the manifest recorded when
+    it was written, and holds exactly its inputs' indices and ids, are skipped;
+    missing, damaged or swapped shards are recomputed (``shards_rejected``).
 
     Args:
         model: path of a ``.keras``/``.h5`` file (hashed into the manifest; sent to Ray actors as bytes).
@@ -206,10 +281,14 @@ def run(
         raise ValueError(f"Unsupported map dtype. Received: map_dtype={map_dtype!r}. Expected one of {list(MAP_DTYPES)}.")
     if batch_size < 1 or workers < 1:
         raise ValueError(f"`batch_size` and `workers` must be >= 1. Received: batch_size={batch_size}, workers={workers}.")
+    if size is not None:  # decoded a batch at a time: memory is bounded by batch_size, not the data set
+        size = check_image_size(size, count=batch_size)
+    if map_size is not None:
+        map_size = check_image_size(map_size, count=batch_size)
     model_path = Path(model)
     if not model_path.is_file():
         raise FileNotFoundError(f"No model file. Received: model={str(model)!r}. Batch runs need a model file.")
-    out = Path(out_dir)
+    out = prepare_output_dir(out_dir)
     source = open_source(inputs)
     ids = source.ids()
     total = len(ids)
@@ -248,19 +327,34 @@ def run(
         "map_dtype": map_dtype,
         "columns": list(sh.COLUMNS),
     }
-    previous = sh.read_manifest(out)
+    try:
+        previous = sh.read_manifest(out)
+    except ValueError:
+        if not overwrite:
+            raise
+        previous = {}
     if previous is not None and overwrite:
         sh.remove_outputs(out)
         previous = None
     if previous is not None:
         sh.check_resumable(previous, manifest, out)
     sh.clean_temporary(out)
-    done = sh.complete_shards(out, shard_size, total) if previous is not None else set()
+    done: set[int] = set()
+    rejected: dict[int, str] = {}
+    if previous is not None:  # reuse only shards whose checksum and content verify
+        recorded = previous.get("shards") if isinstance(previous.get("shards"), dict) else {}
+        done, rejected = sh.verify_shards(out, shard_size, total, checksums=recorded, ids=ids)
+    checksums = {str(s): previous["shards"][str(s)] for s in sorted(done)} if previous is not None else {}
+    manifest["shards"] = checksums
     pending = [s for s in range(manifest["num_shards"]) if s not in done]
-    out.mkdir(parents=True, exist_ok=True)
     manifest_path = sh.write_json(out / sh.MANIFEST, {**manifest, "status": "running"})
+
+    def record(shard: int, digest: str) -> None:  # the manifest names every shard's checksum once written
+        checksums[str(shard)] = digest
+        sh.write_json(out / sh.MANIFEST, {**manifest, "status": "running"})
+
     summary = BatchSummary(out_dir=str(out), engine=engine, total=total, manifest=str(manifest_path),
-                           shards_skipped=len(done),
+                           shards_skipped=len(done), shards_rejected=len(rejected),
                            skipped=sum(len(sh.shard_range(s, shard_size, total)) for s in done))
     pending_indices = [np.arange(r.start, r.stop, dtype=np.int64)
                        for r in (sh.shard_range(s, shard_size, total) for s in pending)]
@@ -270,7 +364,8 @@ def run(
 
         started, summary.startup_seconds = start_ray(address)
     bar = _progress_bar(sum(len(i) for i in pending_indices), progress)
-    collector = Collector(str(out), pending, shard_size, total, ids, map_shape, map_dtype, on_shard, bar)
+    collector = Collector(str(out), pending, shard_size, total, ids, map_shape, map_dtype, on_shard, bar,
+                          on_written=record)
     try:
         compute_start = time.perf_counter()
         if engine == "local":
@@ -308,6 +403,8 @@ def run(
             summary.details["steady_images_per_s"] = round(rest / span, 2)
     if collector.duplicates:
         summary.details["duplicates_dropped"] = collector.duplicates
+    if rejected:
+        summary.details["shards_rejected"] = {str(k): v for k, v in rejected.items()}
     sh.write_json(out / sh.MANIFEST, {**manifest, "status": "complete", "summary": summary.as_dict()})
     return summary
 

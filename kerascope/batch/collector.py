@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from kerascope.batch.shards import build_table, shard_range, write_shard
+from kerascope.batch.shards import build_table, file_sha256, shard_range, write_shard
 
 
 class Collector:
@@ -37,6 +37,7 @@ class Collector:
         map_dtype: str,
         on_shard: Callable[[int], Any] | None = None,
         bar: Any = None,
+        on_written: Callable[[int, str], Any] | None = None,
     ) -> None:
         self.out_dir = out_dir
         self.shard_size = shard_size
@@ -45,6 +46,7 @@ class Collector:
         self.map_shape = map_shape
         self.map_dtype = map_dtype
         self.on_shard = on_shard
+        self.on_written = on_written  # (shard, sha256) right after the write: the manifest records it
         self.bar = bar
         self.expected = {s: len(shard_range(s, shard_size, total)) for s in pending}
         self.buffers: dict[int, list[dict[str, np.ndarray]]] = {s: [] for s in self.expected}
@@ -98,7 +100,9 @@ class Collector:
     def _write(self, shard: int) -> None:
         parts = self.buffers.pop(shard)
         merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        write_shard(self.out_dir, shard, build_table(merged, self.ids, self.map_shape, self.map_dtype))
+        path = write_shard(self.out_dir, shard, build_table(merged, self.ids, self.map_shape, self.map_dtype))
+        if self.on_written is not None:
+            self.on_written(shard, file_sha256(path))
         self.written.append(shard)
         if self.on_shard is not None:
             self.on_shard(shard)

@@ -2,15 +2,19 @@
 
 Input ``i`` always belongs to shard ``i // shard_size``. A shard is written
 as a whole, to a temporary file that is renamed into place
-(``shards/part-00007.parquet``), so a file that exists is complete. A resumed
-run skips every shard whose file exists with the expected row count and
-recomputes the others. Each shard holds one row per input, failed inputs
+(``shards/part-00007.parquet``), and its SHA-256 is recorded in the manifest
+(``"shards": {"7": "<sha256>"}``) right after. A resumed run skips only the
+shards whose file still has the recorded checksum and holds exactly the
+indices and ids it must hold; every other shard (missing, truncated,
+bit-flipped, copied over another, or written without a recorded checksum) is
+recomputed. Each shard holds one row per input, failed inputs
 included (``error`` is set and ``map`` is null), so every input appears
 exactly once in the union of the shards.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -62,27 +66,88 @@ def num_shards(total: int, shard_size: int) -> int:
     return -(-total // shard_size)
 
 
-def complete_shards(out_dir: str | Path, shard_size: int, total: int) -> set[int]:
-    """Shards already on disk with the right number of rows (the ones a resume skips).
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file, streamed.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "f"); _ = open(p, "wb").write(b"")
+        >>> file_sha256(p)[:8]
+        'e3b0c442'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shard_problem(
+    out_dir: str | Path, shard: int, shard_size: int, total: int, checksum: str | None, ids: list[str] | None = None
+) -> str | None:
+    """Why shard ``shard`` cannot be reused (``None`` when it can): checksum, row count, indices, ids.
+
+    Example:
+        >>> shard_problem("no-such-dir", 0, 4, 10, None)
+        'missing'
+    """
+    import pyarrow.parquet as pq
+
+    path = shard_path(out_dir, shard)
+    if not path.is_file():
+        return "missing"
+    if not checksum:
+        return "no checksum recorded in the manifest"
+    try:
+        if file_sha256(path) != checksum:
+            return "checksum differs from the one recorded when it was written"
+        table = pq.read_table(path, columns=["index", "id"])
+    except Exception as error:  # unreadable in any way: recompute it
+        return f"unreadable ({type(error).__name__}: {error})"
+    expected = shard_range(shard, shard_size, total)
+    if table.num_rows != len(expected):
+        return f"{table.num_rows} rows instead of {len(expected)}"
+    if table.column("index").to_pylist() != list(expected):
+        return "holds other inputs' indices"
+    if ids is not None and table.column("id").to_pylist() != ids[expected.start:expected.stop]:
+        return "holds other inputs' ids"
+    return None
+
+
+def verify_shards(
+    out_dir: str | Path, shard_size: int, total: int, checksums: dict[str, str] | None = None,
+    ids: list[str] | None = None,
+) -> tuple[set[int], dict[int, str]]:
+    """The shards a resume may skip, and ``{shard: why}`` for existing shard files it must recompute.
+
+    ``checksums`` maps shard numbers (as strings) to the SHA-256 recorded when each was
+    written (default: the manifest's ``"shards"``).
+
+    Example:
+        >>> verify_shards("no-such-dir", 4, 10)
+        (set(), {})
+    """
+    if checksums is None:
+        manifest = read_manifest(out_dir) or {}
+        checksums = manifest.get("shards") if isinstance(manifest.get("shards"), dict) else {}
+    done, rejected = set(), {}
+    for shard in range(num_shards(total, shard_size)):
+        problem = shard_problem(out_dir, shard, shard_size, total, (checksums or {}).get(str(shard)), ids)
+        if problem is None:
+            done.add(shard)
+        elif problem != "missing":
+            rejected[shard] = problem
+    return done, rejected
+
+
+def complete_shards(out_dir: str | Path, shard_size: int, total: int, ids: list[str] | None = None) -> set[int]:
+    """Shards on disk whose content is verified (checksum in the manifest, indices, ids): the ones a resume skips.
 
     Example:
         >>> complete_shards("no-such-dir", 4, 10)
         set()
     """
-    import pyarrow.parquet as pq
-
-    done = set()
-    for shard in range(num_shards(total, shard_size)):
-        path = shard_path(out_dir, shard)
-        if not path.exists():
-            continue
-        try:
-            rows = pq.read_metadata(path).num_rows
-        except Exception:  # unreadable: recompute it
-            continue
-        if rows == len(shard_range(shard, shard_size, total)):
-            done.add(shard)
-    return done
+    return verify_shards(out_dir, shard_size, total, ids=ids)[0]
 
 
 def clean_temporary(out_dir: str | Path) -> int:
@@ -197,12 +262,25 @@ def write_json(path: str | Path, data: dict[str, Any]) -> Path:
 def read_manifest(out_dir: str | Path) -> dict[str, Any] | None:
     """The manifest of a run folder, or ``None`` when there is none.
 
+    A manifest that is not valid JSON raises ``ValueError`` naming the file.
+
     Example:
         >>> read_manifest("no-such-dir") is None
         True
     """
     path = Path(out_dir) / MANIFEST
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, found {type(data).__name__}")
+        return data
+    except (UnicodeDecodeError, ValueError, TypeError) as error:
+        raise ValueError(
+            f"Could not read {str(path)!r} ({type(error).__name__}: {error}). Use a new --out folder, or pass "
+            "overwrite=True (CLI: --overwrite) to start this one again."
+        ) from None
 
 
 def check_resumable(old: dict[str, Any], new: dict[str, Any], out_dir: str | Path) -> None:

@@ -88,4 +88,4 @@ def run(args: argparse.Namespace) -> int:
         progress=not (args.quiet or args.json),
     )
     emit(args, summary.as_dict(), summary.text())
-    return 1 if summary.failed else 0
+    return 1 if summary.errors_total else 0  # a resumed run with earlier failures exits 1 as the first run did

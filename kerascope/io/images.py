@@ -206,7 +206,7 @@ def check_image_size(
         ValueError: `size` must be two positive integers (H, W). Received: size=(0, 0).
         >>> check_image_size((4000, 4000), count=100, available=10**9)
         Traceback (most recent call last):
-        ValueError: size=(4000, 4000) needs about 33.6 GB for 100 image(s) ...
+        ValueError: size=(4000, 4000) needs about 81.6 GB for 100 image(s) ...
     """
     try:
         h, w = (int(v) for v in size)  # type: ignore[union-attr]

@@ -532,13 +532,13 @@ class Engine:
                 if self.output_layer is not None:  # no symbolic pass reaches an inner layer: one eager sample
                     with contextlib.ExitStack() as stack:
                         out = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-                    self._compiled[key] = tuple(self.select(out).shape)
                 else:
-                    spec = self.model.compute_output_spec(inputs.model_arg(
+                    out = self.model.compute_output_spec(inputs.model_arg(
                         [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays]))
-                    self._compiled[key] = self.select(spec).shape
             except Exception:
-                self._compiled[key] = None
+                out = None
+            # choosing the output here, eagerly, raises kerascope's own message (not wrapped in a trace)
+            self._compiled[key] = None if out is None else tuple(self.select(out).shape)
         shape = self._compiled[key]
         if shape is not None and len(shape) >= 2 and all(d is not None for d in shape[1:]):
             targets_lib.check_range(indices, int(np.prod(shape[1:])))

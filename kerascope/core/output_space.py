@@ -102,6 +102,10 @@ class OutputSpace:
                     )
                 key = keys[0]
             if isinstance(key, int):
+                if not -len(keys) <= key < len(keys):
+                    raise ValueError(
+                        f"Unknown output. Received: output_index={key}. The model has {len(keys)} outputs: {keys}."
+                    )
                 key = keys[key]
             if key not in outputs:
                 raise ValueError(f"Unknown output. Received: output_index={key!r}. Available outputs: {keys}.")
@@ -122,6 +126,12 @@ class OutputSpace:
                         "or pass a callable target. Received: output_index=None."
                     )
                 index = 0
+            if not isinstance(index, int) or not -len(outputs) <= index < len(outputs):
+                names = list(getattr(model, "output_names", []) or [])
+                raise ValueError(
+                    f"Unknown output. Received: output_index={index!r}. The model has {len(outputs)} outputs"
+                    + (f": {names}." if names else ".")
+                )
             return outputs[index]
         return outputs
 

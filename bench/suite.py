@@ -206,6 +206,10 @@ def cases_for(model: keras.Model, n: int, args: argparse.Namespace, x: np.ndarra
         elif name == "deeplift":
             cases.append(Case(name, lambda c=cls: c(model, **common), [("forward", n), ("grad", 2 * n)],
                               "inputs+references"))
+        elif name == "deeplift_shap":
+            background = np.random.default_rng(2).uniform(0, 1, (4, *x.shape[1:])).astype(np.float32)
+            cases.append(Case(name, lambda c=cls, b=background: c(model, baseline=b, **common),
+                              [("forward", n), ("grad", 2 * n * 4)], "4 background rows"))
         elif name == "scorecam":
             cases.append(Case(name, lambda c=cls: c(model, layer=few, **common),
                               [("layer_grad", n), ("forward", n * channels)], f"{few.name}: {channels} ch"))

@@ -53,10 +53,6 @@ def _to_numpy(value: Any) -> Any:
     return jax.tree.map(np.asarray, value)
 
 
-def _is_float(x: Any) -> bool:
-    return jnp.issubdtype(jnp.result_type(x), jnp.floating)
-
-
 def _depends(jaxpr: Any, out_index: int, candidates: list[Any]) -> list[bool]:
     """Whether output ``out_index`` of ``jaxpr`` depends on each var in ``candidates``.
 

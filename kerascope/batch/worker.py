@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from kerascope.batch.sources import Source
-from kerascope.core.resize import upsample
+from kerascope.numeric.resize import resize_maps
 
 
 @dataclass
@@ -41,17 +41,6 @@ class WorkerConfig:
     map_dtype: str = "float32"
     overlay_dir: str | None = None
     safe_mode: bool = True
-
-
-def _resize_maps(maps: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
-    """Bilinear resize of ``(N, h, w)`` or ``(N, h, w, C)`` maps to ``size`` (no-op when equal or None)."""
-    if size is None or tuple(maps.shape[1:3]) == tuple(size):
-        return maps
-    if maps.ndim == 3:
-        return upsample(maps, tuple(size))
-    n, h, w, c = maps.shape
-    planes = np.moveaxis(maps, -1, 1).reshape(n * c, h, w)
-    return np.moveaxis(upsample(planes, tuple(size)).reshape(n, c, *size), 1, -1)
 
 
 def _overlay_name(index: int, item_id: str) -> str:
@@ -148,7 +137,7 @@ class BatchExplainer:
         attributions = explanation.attributions
         if isinstance(attributions, (list, tuple)):
             raise ValueError("Batch runs support single-input models only.")
-        maps = _resize_maps(np.asarray(attributions, np.float32), self.config.map_size)
+        maps = resize_maps(np.asarray(attributions, np.float32), self.config.map_size)
         maps = maps.astype(np.dtype(self.config.map_dtype))
         if self._map_shape is None:
             self._map_shape = tuple(int(d) for d in maps.shape[1:])

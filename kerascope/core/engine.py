@@ -42,6 +42,7 @@ from kerascope.core.probe import (
     softmax_candidates,
 )
 from kerascope.core.progress import progress_bar
+from kerascope.numeric.chunking import check_batch_size
 
 __all__ = [
     "OUTPUT_SPACES", "RULES", "SATURATED_HIGH", "SATURATED_LOW", "ChunkScorer", "Engine", "GradientResult",
@@ -259,7 +260,7 @@ class Engine:
         """
         prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
         check_against_model(self.model, prepared)
-        indices, target_fn = targets_lib.encode(targets, prepared.batch_size)
+        indices, target_fn = targets_lib.encode(targets, prepared.num_samples)
         self._detect_softmax(prepared)
         if target_fn is None:
             self._check_target_range(prepared, indices)
@@ -494,16 +495,16 @@ class Engine:
             raise ValueError(f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES}.")
         if rule in ("guided", "deconvnet"):
             self._check_relus(rule)
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
         check_against_model(self.model, prepared)
         resolved_layers = tuple(self.resolve_layers(layers))
         replace = [np.asarray(r) for r in replace]
-        if len(replace) > len(resolved_layers) or any(len(r) != prepared.batch_size for r in replace):
+        if len(replace) > len(resolved_layers) or any(len(r) != prepared.num_samples for r in replace):
             raise ValueError(
                 "`replace` needs one array per probed layer (at most), with the inputs' batch size. "
                 f"Received: {[r.shape for r in replace]} for {len(resolved_layers)} layer(s) and "
-                f"{prepared.batch_size} samples."
+                f"{prepared.num_samples} samples."
             )
         replace_specs = tuple((r.shape, r.dtype.name) for r in replace)
         prepared, indices, target_fn = self.prepare(prepared, targets)
@@ -667,7 +668,7 @@ class Engine:
             >>> s.tolist(), t.tolist()
             ([2.0], [1])
         """
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         prepared, indices, target_fn = self.prepare(inputs, targets)
         scorer = self.scorer(prepared, target_fn=target_fn)
         scores, resolved = [], []
@@ -681,11 +682,6 @@ class Engine:
 def _signature(inputs: Inputs) -> tuple[Any, ...]:
     """Per-sample shapes and dtypes of the inputs: the part of a cache key that depends on them."""
     return tuple((s[1:], d) for s, d in inputs.specs)
-
-
-def _check_batch_size(batch_size: Any) -> None:
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
 
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from kerascope.numeric.chunking import chunk_bounds
+
 
 class Inputs:
     """The model inputs as a flat list of numpy arrays plus how to rebuild them.
@@ -19,7 +21,7 @@ class Inputs:
     Example:
         >>> import numpy as np
         >>> x = Inputs(np.zeros((2, 3), "float64"))
-        >>> x.arrays[0].dtype, x.batch_size
+        >>> x.arrays[0].dtype, x.num_samples
         (dtype('float32'), 2)
         >>> x.rebuild([np.ones((2, 3))]).shape
         (2, 3)
@@ -44,8 +46,8 @@ class Inputs:
                 "All model inputs must have the same batch size. Received batch sizes: "
                 f"{[len(a) for a in self.arrays]}."
             )
-        self.batch_size = sizes.pop()
-        if self.batch_size == 0:
+        self.num_samples = sizes.pop()
+        if self.num_samples == 0:
             raise ValueError(
                 f"`inputs` has no samples. Received: inputs with shape {self.arrays[0].shape}."
             )
@@ -63,6 +65,21 @@ class Inputs:
         if self.kind == "list":
             return list(arrays)
         return arrays[0]
+
+    @property
+    def batch_size(self) -> int:
+        """The number of samples (old name of :attr:`num_samples`; ``batch_size`` elsewhere is a chunk size).
+
+        Example:
+            >>> import numpy as np
+            >>> Inputs(np.zeros((3, 2))).batch_size
+            3
+        """
+        return self.num_samples
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self.num_samples = value
 
     def structurer(self) -> Callable[[list[Any]], Any]:
         """Return a function doing :meth:`model_arg` that does not hold the arrays.
@@ -108,8 +125,8 @@ class Inputs:
             >>> [s for s, _ in Inputs(np.zeros((5, 1))).chunks(2)]
             [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
         """
-        for start in range(0, self.batch_size, batch_size):
-            part = slice(start, min(start + batch_size, self.batch_size))
+        for start, stop in chunk_bounds(self.num_samples, batch_size):
+            part = slice(start, stop)
             yield part, [a[part] for a in self.arrays]
 
 

@@ -9,13 +9,14 @@ matrix product per chunk: no Python loop per sample, step or mask.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs
+from kerascope.numeric.chunking import chunk_ranges  # noqa: F401 - re-exported (moved to core.chunking)
 
 
 def forward_scores(
@@ -49,19 +50,6 @@ def row_targets(targets: Any, resolved: np.ndarray, owners: np.ndarray) -> Any:
     if callable(targets):
         return targets
     return resolved[owners]
-
-
-def chunk_ranges(total: int, batch_size: int) -> Iterator[np.ndarray]:
-    """Flat row indices ``[start, stop)`` of each chunk of at most ``batch_size`` rows.
-
-    Example:
-        >>> [r.tolist() for r in chunk_ranges(5, 2)]
-        [[0, 1], [2, 3], [4]]
-    """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
-    for start in range(0, total, batch_size):
-        yield np.arange(start, min(start + batch_size, total))
 
 
 def reduce_rows(

@@ -203,7 +203,7 @@ class FunctionMethod(Method):
         result = self.function(self.model, inputs, targets)
         if isinstance(result, Explanation):
             return result
-        n = Inputs(inputs).batch_size
+        n = Inputs(inputs).num_samples
         try:
             indices = targets_lib.encode(targets, n)[0]
         except (TypeError, ValueError):  # the callable may take targets kerascope does not: pass them on

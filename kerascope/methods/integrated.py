@@ -19,9 +19,11 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer
-from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import forward_scores, reduce_rows, row_targets
 from kerascope.methods.gradients import LayerMethod
 from kerascope.methods.registry import register
+from kerascope.numeric.blur import gaussian_blur
+from kerascope.numeric.chunking import chunk_ranges
 
 QUADRATURES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
 
@@ -62,39 +64,6 @@ def quadrature(steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, n
         weights[[0, -1]] /= 2
         return k / (n - 1), weights
     raise ValueError(f"Unknown quadrature. Received: method={method!r}. Expected one of {QUADRATURES}.")
-
-
-def gaussian_blur(array: np.ndarray, sigma: float) -> np.ndarray:
-    """Blur the spatial axes (all but the first and last) with a Gaussian of std ``sigma`` pixels.
-
-    Separable, reflect padding, kernel radius ``ceil(3 sigma)``. Used for the
-    ``baseline="blur"`` of Integrated Gradients (channels-last inputs).
-
-    Example:
-        >>> import numpy as np
-        >>> x = np.zeros((1, 15, 15, 1)); x[0, 7, 7, 0] = 1.0
-        >>> y = gaussian_blur(x, 1.0)
-        >>> round(float(y.sum()), 5), bool(y[0, 7, 7, 0] < 1.0)
-        (1.0, True)
-    """
-    out = np.asarray(array, np.float64)
-    if out.ndim < 3:
-        raise ValueError(
-            "baseline='blur' needs inputs with spatial axes (batch, ..., channels). Received: "
-            f"shape={out.shape}. Use a constant or array baseline for tabular inputs."
-        )
-    if sigma <= 0:
-        return out.astype(np.float32)
-    radius = int(np.ceil(3 * sigma))
-    taps = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2)
-    taps /= taps.sum()
-    for axis in range(1, out.ndim - 1):
-        pad = [(0, 0)] * out.ndim
-        pad[axis] = (radius, radius)
-        padded = np.pad(out, pad, mode="reflect" if out.shape[axis] > radius else "edge")
-        windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * radius + 1, axis=axis)
-        out = windows @ taps
-    return out.astype(np.float32)
 
 
 def resolve_baselines(baseline: Any, inputs: Inputs, blur_sigma: float = 4.0) -> list[np.ndarray]:
@@ -163,7 +132,7 @@ class PathMethod(LayerMethod):
         returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows. The target
         score of every row is written to ``row_scores`` (``(n, count)``) when given. ``values``:
         the layer's activations (layer attribution; then one baseline, at the layer)."""
-        n = inputs.batch_size
+        n = inputs.num_samples
         ends = inputs.arrays if values is None else [values]
         totals = [np.zeros(a.shape, np.float64) for a in ends]
         for rows in chunk_ranges(n * count, self.batch_size):
@@ -278,7 +247,7 @@ class IntegratedGradients(PathMethod):
         else:
             baselines = [_layer.baseline_values(
                 self.baseline, self.engine, inputs, self._layer, values, self.batch_size)]
-        n = inputs.batch_size
+        n = inputs.num_samples
         # Path points at alpha = 1 (the input) and alpha = 0 (the baseline) already give f(x) and
         # f(baseline) in the gradient pass: no forward pass is spent on them (riemann_trapezoid has
         # both, riemann_left / right one). The predicted class (targets=None) needs f(x) first.

@@ -15,10 +15,11 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.resize import interpolation_matrix
-from kerascope.methods._folding import Stream, chunk_ranges, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
+from kerascope.numeric.chunking import chunk_ranges
+from kerascope.numeric.resize import interpolation_matrix
 
 
 def _chosen_input(inputs: Inputs, method: str, input_index: int | None) -> tuple[int, np.ndarray]:

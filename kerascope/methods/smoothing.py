@@ -24,9 +24,10 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer, registry
-from kerascope.methods._folding import Stream, as_list, chunk_ranges, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import Stream, as_list, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
+from kerascope.numeric.chunking import chunk_ranges
 
 
 def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any = None) -> Method:
@@ -117,7 +118,7 @@ class NoiseWrapper(Method):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         if self._layer is not None:
             return self._explain_layer(inputs, targets)
-        n, s = inputs.batch_size, self.samples
+        n, s = inputs.num_samples, self.samples
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         floating = [np.issubdtype(a.dtype, np.floating) for a in inputs.arrays]
         sigmas = [
@@ -161,7 +162,7 @@ class NoiseWrapper(Method):
     def _explain_layer(self, inputs: Inputs, targets: Any) -> Explanation:
         """``layer=``: the noise is added to the layer's activation (its output is replaced by the
         noisy value), ``sigma = noise * (max - min)`` of each sample's activation."""
-        n, s = inputs.batch_size, self.samples
+        n, s = inputs.num_samples, self.samples
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         acts = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
         flat = acts.reshape(n, -1)

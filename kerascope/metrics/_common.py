@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,9 +11,11 @@ import numpy as np
 
 from kerascope.core.engine import engine_for
 from kerascope.core.explanation import Explanation
-from kerascope.core.reduce import REDUCTIONS, reduce_channels
-from kerascope.core.resize import upsample
 from kerascope.core.threads import single_threaded_blas
+from kerascope.numeric.blur import gaussian_blur
+from kerascope.numeric.chunking import check_batch_size, chunk_bounds
+from kerascope.numeric.reduce import REDUCTIONS, reduce_channels
+from kerascope.numeric.resize import upsample
 
 
 @dataclass
@@ -131,8 +133,7 @@ class Scorer:
     """
 
     def __init__(self, model: keras.Layer, output: str = "probabilities", batch_size: int = 32) -> None:
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
+        check_batch_size(batch_size)
         self.engine = engine_for(model, output)
         self.batch_size = batch_size
 
@@ -159,7 +160,7 @@ class Scorer:
         """
         from kerascope.core.inputs import Inputs
 
-        n = Inputs(x).batch_size
+        n = Inputs(x).num_samples
         if targets is None:
             return self.outputs(x).argmax(-1).astype(np.int64)
         if callable(targets):
@@ -192,40 +193,6 @@ class Scorer:
                 out = self.outputs(make(flat))
                 scores[start:stop] = out[np.arange(len(flat)), classes(flat)]
         return scores
-
-
-def chunk_bounds(n: int, size: int) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` of consecutive chunks of at most ``size`` items.
-
-    Example:
-        >>> list(chunk_bounds(5, 2))
-        [(0, 2), (2, 4), (4, 5)]
-    """
-    for start in range(0, n, size):
-        yield start, min(start + size, n)
-
-
-def gaussian_blur(x: np.ndarray, sigma: float) -> np.ndarray:
-    """Separable Gaussian blur of ``(N, H, W, C)`` images (reflect padding, kernel radius 3 sigma).
-
-    Example:
-        >>> import numpy as np
-        >>> y = gaussian_blur(np.ones((1, 8, 8, 1)), 1.0)
-        >>> bool(np.allclose(y, 1.0))
-        True
-    """
-    radius = max(1, int(np.ceil(3 * sigma)))
-    t = np.arange(-radius, radius + 1, dtype=np.float32)
-    k = np.exp(-0.5 * (t / sigma) ** 2)
-    k /= k.sum()
-    out = np.asarray(x, np.float32)
-    for axis in (1, 2):
-        pad = [(0, 0)] * 4
-        pad[axis] = (radius, radius)
-        padded = np.pad(out, pad, mode="reflect" if out.shape[axis] > radius else "edge")
-        windows = np.lib.stride_tricks.sliding_window_view(padded, len(k), axis=axis)
-        out = (windows * k).sum(-1).astype(np.float32)
-    return out
 
 
 def baseline_images(x: np.ndarray, perturbation: str | float, blur_sigma: float | None = None) -> np.ndarray:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kerascope.core.reduce import REDUCTIONS, reduce_channels
+from kerascope.numeric.reduce import REDUCTIONS, reduce_channels
+from kerascope.numeric.resize import upsample
 
 
 def heatmap(attribution: np.ndarray, *, reduce: str = "abs_sum", percentile: float = 99.5) -> np.ndarray:
@@ -59,12 +60,10 @@ def to_display(image: np.ndarray) -> np.ndarray:
 
 
 def _resize(map2d: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """One 2-D map resized bilinearly for display (the numpy resizer every package uses)."""
     if map2d.shape == shape:
         return map2d
-    from PIL import Image
-
-    image = Image.fromarray(map2d.astype(np.float32), mode="F")
-    return np.asarray(image.resize((shape[1], shape[0]), Image.BILINEAR), np.float32)
+    return upsample(np.asarray(map2d, np.float32)[None], shape)[0]
 
 
 def check_overlay_options(cmap: str, alpha: float) -> None:

@@ -190,7 +190,7 @@ class CAM(Method):
         engine = self.engine
         if self.output_index is None or callable(self.output_index):
             return None
-        return engine._select
+        return engine.select
 
     def layout(self, inputs: Inputs, layer: keras.Layer, shape: tuple[int, ...]) -> spatial.Layout:
         """How ``layer``'s output of ``shape`` lies on the chosen input (image grid, sequence, tokens).

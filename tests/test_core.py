@@ -154,7 +154,7 @@ def test_errors_say_what_was_received(cnn, images):
         ks.explain(cnn, images, method="gradcamm")
     with pytest.raises(TypeError, match="Keras 3 model"):
         ks.Saliency(object())
-    with pytest.raises(ValueError, match="CAM methods need a layer with spatial output"):
+    with pytest.raises(ValueError, match="CAM methods need a layer with positions"):
         ks.GradCAM(cnn, layer="head").explain(images)
 
 

@@ -14,8 +14,9 @@ import numpy as np
 
 from kerascope.core.engine import engine_for
 from kerascope.core.progress import progress_bar
-from kerascope.io.images import PREPROCESS, check_image_size, load_images, model_image_size
+from kerascope.io.images import check_image_size, load_images, model_image_size
 from kerascope.io.paths import prepare_output_dir
+from kerascope.io.preprocessing import resolve_preprocess
 from kerascope.methods.registry import build, check_common, method_name
 from kerascope.report.html import ReportEntry, write_report
 from kerascope.viz.overlay import check_overlay_options, save_overlay
@@ -38,15 +39,30 @@ class RunSummary:
     report: str | None = None
     errors: dict[str, str] = field(default_factory=dict)
     predictions: dict[str, str] = field(default_factory=dict)
+    preprocess: str | None = None
+    preprocess_reason: str | None = None
+    layers: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (for ``--json``).
 
         Example:
-            >>> sorted(RunSummary(out_dir="o").as_dict())[:3]
-            ['errors', 'failed', 'methods']
+            >>> RunSummary(out_dir="o", preprocess="unit").as_dict()["preprocess"]
+            'unit'
         """
         return dict(vars(self))
+
+
+def run_table(summary: RunSummary) -> list[dict[str, str]]:
+    """The run's settings as report rows: preprocessing (and why) and each method's layer.
+
+    Example:
+        >>> run_table(RunSummary("o", preprocess="unit", preprocess_reason="assumed", layers={"gradcam": "conv3"}))
+        [{'setting': 'preprocessing', 'value': 'unit (assumed)'}, {'setting': 'gradcam layer', 'value': 'conv3'}]
+    """
+    rows = [{"setting": "preprocessing", "value": f"{summary.preprocess} ({summary.preprocess_reason})"}]
+    rows += [{"setting": f"{name} layer", "value": path} for name, path in summary.layers.items()]
+    return rows
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -69,7 +85,7 @@ def explain_images(
     layer: str | None = None,
     targets: int | None = None,
     size: tuple[int, int] | None = None,
-    preprocess: str = "unit",
+    preprocess: str = "auto",
     class_names: Sequence[str] | None = None,
     batch_size: int = 32,
     cmap: str = "jet",
@@ -101,8 +117,7 @@ def explain_images(
     """
     start = time.perf_counter()
     check_overlay_options(cmap, alpha)
-    if preprocess not in PREPROCESS:
-        raise ValueError(f"Unknown preprocessing. Received: preprocess={preprocess!r}. Expected one of {list(PREPROCESS)}.")
+    preprocess, preprocess_reason = resolve_preprocess(model, preprocess)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}.")
     if size is None:
@@ -119,7 +134,8 @@ def explain_images(
     check_common(list(methods), common_params)
     out = prepare_output_dir(out_dir)
     batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
-    summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors))
+    summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors), preprocess=preprocess,
+                         preprocess_reason=preprocess_reason)
     summary.failed = len(batch.errors)
     entries: list[ReportEntry] = []
     if len(batch):
@@ -141,8 +157,13 @@ def explain_images(
             common["layer"] = layer
         common.update(common_params or {})
         for spec, name in progress_bar(list(zip(methods, names)), enabled=progress, desc="methods", unit="method"):
-            explanation = build(spec, model, params.get(name, {}), common).explain(batch.inputs, targets)
-            explanation.extras["paths"] = np.array([str(p) for p in batch.paths])
+            method = build(spec, model, params.get(name, {}), common)
+            explanation = method.explain(batch.inputs, targets)
+            chosen = method.resolved_params(batch.inputs[:1]).get("layer")
+            if chosen is not None:
+                summary.layers[name] = str(chosen)
+            explanation.extras.update(paths=np.array([str(p) for p in batch.paths]), preprocess=preprocess,
+                                      preprocess_reason=preprocess_reason, layer=summary.layers.get(name))
             explanation.save(out / f"{name}.npz")
             explained = explanation.targets
             for i, stem in enumerate(stems):
@@ -154,15 +175,19 @@ def explain_images(
             order = np.argsort(-probs[i])[:top_k]
             top = [(names[j] if j < len(names) else str(j), float(probs[i, j])) for j in order]
             target = None if explained is None else names[int(explained[i])] if int(explained[i]) < len(names) else str(explained[i])
-            entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target))
+            probability = None if explained is None else float(probs[i, int(explained[i])])
+            entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target, probability))
             summary.predictions[str(path)] = top[0][0]
         summary.processed = len(batch)
+    layers = "; ".join(f"{name} layer {path}" for name, path in summary.layers.items())
     report = write_report(
         out / "index.html",
         entries,
         title=title,
-        subtitle=f"model {model.name} · methods {', '.join(summary.methods)} · {summary.processed} images",
+        subtitle=f"model {model.name} · methods {', '.join(summary.methods)} · {summary.processed} images · "
+                 f"preprocessing {preprocess}" + (f" · {layers}" if layers else ""),
         errors=batch.errors,
+        tables={"About this run": run_table(summary)},
     )
     summary.report = str(report)
     summary.seconds = round(time.perf_counter() - start, 3)

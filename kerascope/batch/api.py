@@ -20,6 +20,7 @@ from kerascope.batch.sources import fingerprint, open_source
 from kerascope.batch.worker import BatchExplainer, WorkerConfig
 from kerascope.io.images import check_image_size
 from kerascope.io.paths import prepare_output_dir
+from kerascope.io.preprocessing import resolve_preprocess
 
 ENGINES = ("local", "ray")
 MAP_DTYPES = ("float16", "float32")
@@ -53,6 +54,9 @@ class BatchSummary:
     errors_total: int = 0
     errors_table: str | None = None
     manifest: str | None = None
+    preprocess: str | None = None
+    preprocess_reason: str | None = None
+    layer: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -73,6 +77,10 @@ class BatchSummary:
         """
         line = (f"processed {self.processed}, failed {self.failed}, skipped {self.skipped} (already done) "
                 f"in {self.seconds:.1f}s ({self.images_per_s:.1f} images/s, engine {self.engine}) -> {self.out_dir}")
+        if self.preprocess:
+            line += f"\npreprocessing: {self.preprocess} ({self.preprocess_reason})"
+        if self.layer:
+            line += f"\nlayer: {self.layer}"
         if self.shards_rejected:
             line += (f"\n{self.shards_rejected} shard file(s) on disk failed verification and were recomputed "
                      "(see details.shards_rejected)")
@@ -234,7 +242,7 @@ def run(
     map_dtype: str = "float32",
     shard_size: int = 512,
     size: tuple[int, int] | None = None,
-    preprocess: str = "unit",
+    preprocess: str = "auto",
     method_params: dict[str, Any] | None = None,
     safe_mode: bool = True,
     overwrite: bool = False,
@@ -303,6 +311,8 @@ def run(
         overlay_dir=str(out / "overlays") if overlays else None, safe_mode=safe_mode,
     )
     explainer = BatchExplainer(config)  # fails early, in the driver, on a bad method / layer / model
+    # "auto" is decided once, from the loaded model, and every worker gets the decided mode
+    config.preprocess, preprocess_reason = resolve_preprocess(explainer.model, preprocess)
     source.validate(explainer.input_shape)
     map_shape = explainer.map_shape()
     from kerascope import __version__
@@ -318,7 +328,9 @@ def run(
         "num_inputs": total,
         "inputs_sha256": fingerprint(source),
         "input_shape": list(explainer.input_shape),
-        "preprocess": preprocess,
+        "preprocess": config.preprocess,
+        "preprocess_reason": preprocess_reason,
+        "layer": explainer.params().get("layer"),
         "targets_sha256": hashlib.sha256(target_array.tobytes()).hexdigest(),
         "targets_missing": targets_missing,
         "shard_size": shard_size,
@@ -355,7 +367,8 @@ def run(
 
     summary = BatchSummary(out_dir=str(out), engine=engine, total=total, manifest=str(manifest_path),
                            shards_skipped=len(done), shards_rejected=len(rejected),
-                           skipped=sum(len(sh.shard_range(s, shard_size, total)) for s in done))
+                           skipped=sum(len(sh.shard_range(s, shard_size, total)) for s in done),
+                           preprocess=config.preprocess, preprocess_reason=preprocess_reason, layer=manifest["layer"])
     pending_indices = [np.arange(r.start, r.stop, dtype=np.int64)
                        for r in (sh.shard_range(s, shard_size, total) for s in pending)]
     started = False

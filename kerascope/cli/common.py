@@ -32,8 +32,10 @@ def add_image_flags(parser: argparse.ArgumentParser) -> None:
         [32, 32]
     """
     parser.add_argument(
-        "--preprocess", default="unit", choices=sorted(PREPROCESS),
-        help="how pixels become model inputs: " + "; ".join(f"{k}: {v}" for k, v in PREPROCESS.items()),
+        "--preprocess", default="auto", choices=["auto", *PREPROCESS],
+        help="how pixels become model inputs (default: auto: raw when the model starts with a Rescaling/"
+             "Normalization layer, else unit; the choice is printed and recorded): "
+             + "; ".join(f"{k}: {v}" for k, v in PREPROCESS.items()),
     )
     parser.add_argument("--size", nargs=2, type=int, metavar=("H", "W"),
                         help="resize images to H W (default: the model's input size)")

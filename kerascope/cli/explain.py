@@ -15,6 +15,7 @@ from kerascope.cli.common import (
     examples,
     load_class_names,
     parse_params,
+    stderr,
 )
 
 
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from kerascope.io.images import check_image_size, find_images
     from kerascope.io.models import load_model
     from kerascope.io.paths import prepare_output_dir
+    from kerascope.io.preprocessing import resolve_preprocess
     from kerascope.methods.registry import get
     from kerascope.pipeline import explain_images
     from kerascope.viz.overlay import check_overlay_options
@@ -79,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         check_image_size(args.size, count=len(paths))
     prepare_output_dir(args.out)
     model = load_model(args.model, safe_mode=not args.unsafe)
+    chatty = not (args.quiet or args.json)
+    if chatty:
+        mode, reason = resolve_preprocess(model, args.preprocess)
+        stderr(f"preprocessing: {mode} ({reason})")
     summary = explain_images(
         model, paths, args.out,
         methods=args.method or ["gradcam"],
@@ -91,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
         common_params=params,
         cmap=args.cmap,
         alpha=args.alpha,
-        progress=not (args.quiet or args.json),
+        progress=chatty,
     )
+    if chatty and summary.layers:
+        stderr("layers: " + ", ".join(f"{name}: {path}" for name, path in summary.layers.items()))
     lines = [f"explained {summary.processed} image(s) with {', '.join(summary.methods)} "
              f"in {summary.seconds:.1f}s -> {summary.report}"]
     lines += [f"could not read {name}: {why}" for name, why in summary.errors.items()]

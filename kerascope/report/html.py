@@ -48,7 +48,8 @@ class ReportEntry:
     """One input image in the report.
 
     ``predictions`` are ``(class name, probability)`` pairs, best first;
-    ``overlays`` maps a method name to a picture path relative to the page.
+    ``overlays`` maps a method name to a picture path relative to the page;
+    ``target`` is the explained class and ``target_probability`` its probability.
 
     Example:
         >>> ReportEntry("cat.png", "images/cat.png", [("cat", 0.9)]).name
@@ -60,6 +61,7 @@ class ReportEntry:
     predictions: list[tuple[str, float]]
     overlays: dict[str, str] = field(default_factory=dict)
     target: str | None = None
+    target_probability: float | None = None
 
 
 def _e(text: object) -> str:
@@ -431,6 +433,7 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
                 predictions=[(str(label), float("nan") if s is None else float(s)) for label, s in e["predictions"]],
                 overlays={str(k): v for k, v in overlays.items()},
                 target=None if e.get("target") is None else str(e["target"]),
+                target_probability=None if e.get("target_probability") is None else float(e["target_probability"]),
             ))
         data["entries"] = parsed
     except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as error:

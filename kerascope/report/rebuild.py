@@ -242,7 +242,8 @@ def rebuild_report(
             target: str | None = _class_name(int(np.ravel(first.targets)[i]), class_names)
         else:
             target = _relabel(before.target, class_names) if before and before.target is not None else None
-        entries.append(ReportEntry(name, rel_image, predictions, overlays, target))
+        probability = before.target_probability if before is not None and before.target == target else None
+        entries.append(ReportEntry(name, rel_image, predictions, overlays, target, probability))
     if not inputs and saved.get("entries"):
         warnings.warn(f"{out / 'inputs'} holds no images; the rebuilt report has no pictures.", stacklevel=2)
 

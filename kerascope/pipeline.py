@@ -99,7 +99,11 @@ def explain_images(
     """Explain image files: writes ``OUT/overlays/*.png``, ``OUT/<method>.npz`` and ``OUT/index.html``.
 
     ``method_params`` maps a method name to its constructor parameters;
-    ``common_params`` (e.g. ``{"samples": 20}``) go to every method that accepts them.
+    ``common_params`` (e.g. ``{"samples": 20}``, ``{"output_index": "cls"}``) go to every
+    method that accepts them. ``layer`` goes to every method that takes a layer: the
+    feature layer of a CAM, the layer a gradient method attributes at (Saliency,
+    IntegratedGradients, SmoothGrad, ... with ``layer=``: their maps are then the
+    layer's attributions, shown summed over channels and resized to the image).
     Unreadable images (including images too large to decode safely) are
     reported by name (in the summary and the report) and the others are still
     processed. Every option is checked before any work (colormap, opacity,
@@ -131,7 +135,7 @@ def explain_images(
         channels = model_image_size(model)[2] if getattr(model, "inputs", None) else 3
     size = check_image_size(size, count=max(1, len(paths)), channels=channels)
     names = [method_name(m) for m in methods]
-    check_common(list(methods), common_params)
+    check_common(list(methods), {**({} if layer is None else {"layer": layer}), **(common_params or {})})
     out = prepare_output_dir(out_dir)
     batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
     summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors), preprocess=preprocess,
@@ -139,9 +143,10 @@ def explain_images(
     summary.failed = len(batch.errors)
     entries: list[ReportEntry] = []
     if len(batch):
-        engine = engine_for(model)
-        logits = engine.forward(batch.inputs, batch_size=batch_size)
-        logits = logits[0] if isinstance(logits, (list, tuple)) else logits
+        # the predictions shown are those of the explained output (output_index / output_layer, if given)
+        chosen = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
+        engine = engine_for(model, output_index=chosen.get("output_index"), output_layer=chosen.get("output_layer"))
+        logits = engine.select(engine.forward(batch.inputs, batch_size=batch_size))
         probs = np.asarray(logits) if engine.forward_gives_probabilities else _softmax(np.asarray(logits, np.float64))
         (out / "inputs").mkdir(exist_ok=True)
         stems = [_safe_stem(p, i) for i, p in enumerate(batch.paths)]

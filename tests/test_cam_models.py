@@ -182,13 +182,15 @@ def test_vit_default_layer_and_every_cam_on_tokens() -> None:
 
 
 def spatial_projection(a: np.ndarray) -> np.ndarray:
-    """pytorch-grad-cam's get_2d_projection per sample (centred SVD), sign: components summing to >= 0."""
+    """pytorch-grad-cam's get_2d_projection per sample (centred SVD), sign: components summing to > 0, or
+    (LayerNorm outputs, whose channel sum is constant over tokens) the largest component positive."""
     out = []
     for sample in a.astype(np.float64):
         flat = sample.reshape(-1, sample.shape[-1])
         flat = flat - flat.mean(axis=0)
-        vt = np.linalg.svd(flat, full_matrices=False)[2]
-        first = vt[0] * (1 if vt[0].sum() >= 0 else -1)
+        v = np.linalg.svd(flat, full_matrices=False)[2][0]
+        decider = v.sum() if abs(v.sum()) > 1e-3 * np.abs(v).sum() else v[np.argmax(np.abs(v))]
+        first = v * (1 if decider >= 0 else -1)
         out.append((flat @ first).reshape(sample.shape[:-1]))
     return np.stack(out)
 

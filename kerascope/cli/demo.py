@@ -37,14 +37,17 @@ def run(args: argparse.Namespace) -> int:
     """
     from kerascope.data import demo_images, demo_metadata, demo_model_path
     from kerascope.io.models import load_model
-    from kerascope.methods.registry import available
+    from kerascope.methods.registry import accepted_parameters, available, get, method_name
     from kerascope.pipeline import explain_images
 
     meta = demo_metadata()
     methods = args.method or [m for m in DEMO_METHODS if m in available()]
+    # conv3b is the CAMs' feature layer; gradient methods keep attributing at the pixels
+    cams = {method_name(m): {"layer": "conv3b"} for m in methods
+            if "layer" in accepted_parameters(get(m)) and not getattr(get(m), "layer_attribution", False)}
     summary = explain_images(
         load_model(demo_model_path()), demo_images(), args.out,
-        methods=methods, layer="conv3b", class_names=meta["class_names"],
+        methods=methods, method_params=cams, class_names=meta["class_names"],
         progress=not (args.quiet or args.json), title="kerascope demo: synthetic shapes",
         cmap="jet", alpha=0.5,
     )

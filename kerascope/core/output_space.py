@@ -98,7 +98,8 @@ class OutputSpace:
                 if len(keys) > 1:
                     raise ValueError(
                         f"The model has several outputs {keys}; choose one with `output_index=` "
-                        "or pass a callable target. Received: output_index=None."
+                        f"(CLI: `--param output_index={keys[0]}`) or pass a callable target. "
+                        "Received: output_index=None."
                     )
                 key = keys[0]
             if isinstance(key, int):
@@ -123,7 +124,8 @@ class OutputSpace:
                 if len(outputs) > 1:
                     raise ValueError(
                         f"The model has {len(outputs)} outputs; choose one with `output_index=` "
-                        "or pass a callable target. Received: output_index=None."
+                        "(an index or an output name; CLI: `--param output_index=0`) or pass a callable "
+                        "target. Received: output_index=None."
                     )
                 index = 0
             if not isinstance(index, int) or not -len(outputs) <= index < len(outputs):

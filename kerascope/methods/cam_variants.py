@@ -165,10 +165,16 @@ def principal_projection(activations: np.ndarray) -> np.ndarray:
     Per sample, the ``(positions, C)`` matrix is centred over positions and
     decomposed with an SVD (batched, no loop); the map is the centred matrix
     times the first right singular vector, as pytorch-grad-cam's
-    ``get_2d_projection``. The SVD leaves the sign free; here it is fixed so
-    that the singular vector's components sum to ``>= 0``, which is the same
-    as making the projection positively correlated with the channel-summed
-    activation map ``sum_c A_c`` (pytorch-grad-cam leaves the sign to LAPACK).
+    ``get_2d_projection``. The SVD leaves the sign free (pytorch-grad-cam
+    leaves it to LAPACK, so its map can come out inverted); here it is fixed so
+    that the singular vector's components sum to ``> 0``, which is the same as
+    making the projection positively correlated with the channel-summed
+    activation map ``sum_c A_c`` (the map is high where features are active).
+    Where that sum is no signal (``|sum(v)| <= 1e-3 * sum(|v|)``: e.g. after a
+    ``LayerNormalization``, whose outputs sum to the same value at every
+    token, so ``sum_c A_c`` is constant), the largest component of ``v`` in
+    absolute value is made positive (scikit-learn's ``svd_flip`` rule) instead
+    of leaving the sign to rounding.
 
     Example:
         >>> import numpy as np
@@ -182,7 +188,10 @@ def principal_projection(activations: np.ndarray) -> np.ndarray:
     centred = flat - flat.mean(axis=1, keepdims=True)
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     first = vt[:, 0, :]
-    sign = np.where(first.sum(axis=-1, keepdims=True) < 0, -1.0, 1.0)
+    total = first.sum(axis=-1, keepdims=True)
+    largest = np.take_along_axis(first, np.abs(first).argmax(axis=-1)[:, None], axis=-1)
+    informative = np.abs(total) > 1e-3 * np.abs(first).sum(axis=-1, keepdims=True)
+    sign = np.where(np.where(informative, total, largest) < 0, -1.0, 1.0)
     projection = np.einsum("npc,nc->np", centred, first * sign)
     return projection.reshape(array.shape[:-1]).astype(np.float32)
 

@@ -144,8 +144,8 @@ def explain_images(
     entries: list[ReportEntry] = []
     if len(batch):
         # the predictions shown are those of the explained output (output_index / output_layer, if given)
-        chosen = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
-        engine = engine_for(model, output_index=chosen.get("output_index"), output_layer=chosen.get("output_layer"))
+        space = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
+        engine = engine_for(model, output_index=space.get("output_index"), output_layer=space.get("output_layer"))
         logits = engine.select(engine.forward(batch.inputs, batch_size=batch_size))
         probs = np.asarray(logits) if engine.forward_gives_probabilities else _softmax(np.asarray(logits, np.float64))
         (out / "inputs").mkdir(exist_ok=True)

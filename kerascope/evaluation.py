@@ -22,6 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.core.progress import Progress, progress_scope
 from kerascope.methods.base import UnsupportedModelError
 from kerascope.metrics import deletion, energy_pointing_game, insertion, model_randomisation, pointing_game
 from kerascope.metrics._common import to_maps
@@ -238,6 +239,7 @@ def benchmark(
     deletion_perturbation: str | float = "blur",
     insertion_perturbation: str | float = "zero",
     on_method: Callable[[str], None] | None = None,
+    progress: Progress = False,
 ) -> BenchmarkResult:
     """Run every method (default: all registered) through the ground-truth benchmark.
 
@@ -259,6 +261,9 @@ def benchmark(
             data: black holes punched pixel by pixel destroy any image (a random map then "wins"
             deletion), and a blurred image is still recognised (every insertion curve starts high).
         on_method: called with each method's name before it runs (progress).
+        progress: a bar (``True``) or callback per phase of each method (explain, deletion,
+            insertion, sanity) that moves after every chunk of work; see
+            :func:`~kerascope.core.progress.progress_scope`.
 
     Example:
         >>> import keras, numpy as np
@@ -294,24 +299,28 @@ def benchmark(
         try:
             run(model, images[:1], None if targets is None else targets[:1])
             start = time.perf_counter()
-            attributions = run(model, images, targets)
+            with progress_scope(len(images), f"{name}: explain", progress, leave=False):
+                attributions = run(model, images, targets)
             row.seconds_per_image = (time.perf_counter() - start) / len(images)
             maps = to_maps(attributions, images.shape[1:3])
             row.pointing_game = pointing_game(maps, masks).aggregate
             row.energy_pointing_game = energy_pointing_game(maps, masks).aggregate
-            dele = deletion(model, images, maps, targets, steps=steps, batch_size=batch_size,
-                            perturbation=deletion_perturbation)
-            ins = insertion(model, images, maps, targets, steps=steps, batch_size=batch_size,
-                            perturbation=insertion_perturbation)
+            with progress_scope(len(images), f"{name}: deletion", progress, leave=False):
+                dele = deletion(model, images, maps, targets, steps=steps, batch_size=batch_size,
+                                perturbation=deletion_perturbation)
+            with progress_scope(len(images), f"{name}: insertion", progress, leave=False):
+                ins = insertion(model, images, maps, targets, steps=steps, batch_size=batch_size,
+                                perturbation=insertion_perturbation)
             row.deletion_auc, row.insertion_auc = dele.aggregate, ins.aggregate
             row.deletion_curve, row.insertion_curve = dele.mean_curve, ins.mean_curve
             fractions = dele.fractions
             if sanity_images > 0:
                 k = min(sanity_images, len(images))
-                sanity = model_randomisation(
-                    model, spec, images[:k],
-                    None if targets is None else targets[:k], batch_size=batch_size, seed=seed,
-                )
+                with progress_scope(k, f"{name}: sanity", progress, leave=False):
+                    sanity = model_randomisation(
+                        model, spec, images[:k],
+                        None if targets is None else targets[:k], batch_size=batch_size, seed=seed,
+                    )
                 row.sanity = sanity
                 row.sanity_spearman, row.sanity_ssim = sanity.final_spearman, sanity.final_ssim
         except UnsupportedModelError as error:

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import engine_for
-from kerascope.core.progress import progress_bar
+from kerascope.core.progress import Progress, progress_scope
 from kerascope.io.images import check_image_size, load_images, model_image_size
 from kerascope.io.paths import prepare_output_dir
 from kerascope.io.preprocessing import resolve_preprocess
@@ -91,7 +91,7 @@ def explain_images(
     cmap: str = "jet",
     alpha: float = 0.5,
     top_k: int = 3,
-    progress: bool = True,
+    progress: Progress = True,
     title: str = "kerascope report",
     method_params: dict[str, Any] | None = None,
     common_params: dict[str, Any] | None = None,
@@ -157,13 +157,15 @@ def explain_images(
         overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
         params = method_params or {}
         explained: np.ndarray | None = None
-        common: dict[str, Any] = {"batch_size": batch_size, "progress": progress and len(methods) == 1}
+        common: dict[str, Any] = {"batch_size": batch_size}
         if layer is not None:
             common["layer"] = layer
         common.update(common_params or {})
-        for spec, name in progress_bar(list(zip(methods, names)), enabled=progress, desc="methods", unit="method"):
+        for k, (spec, name) in enumerate(zip(methods, names), 1):
             method = build(spec, model, params.get(name, {}), common)
-            explanation = method.explain(batch.inputs, targets)
+            label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
+            with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
+                explanation = method.explain(batch.inputs, targets)
             chosen = method.resolved_params(batch.inputs[:1]).get("layer")
             if chosen is not None:
                 summary.layers[name] = str(chosen)

@@ -20,10 +20,10 @@ from kerascope.cli.quiet import is_noise
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("keras", "tensorflow", "jax", "torch")
-# what a progress bar line looks like once \r-separated: "methods:  50%|#####     | 1/2 [00:05<00:05, ...]"
+# what a progress bar line looks like once \r-separated: "gradcam (1/2):  50%|#####     | 1.5/3 [00:05<00:05, ...]"
 NO_MODEL = [["--help"], ["--version"], ["methods"], ["methods", "--json"], ["explain", "--help"],
             ["report", "--help"], ["batch", "--help"], ["evaluate", "--help"]]
-PROGRESS = re.compile(r"^[\w .-]*:\s+\d+%\|.*\|\s*\d+/\d+ \[")
+PROGRESS = re.compile(r"^[\w .()/:-]*:\s+\d+%\|.*\|\s*[\d.]+/\d+ \[")
 
 
 def run_cli(*argv: str, env: dict[str, str] | None = None, probe: bool = False) -> subprocess.CompletedProcess:

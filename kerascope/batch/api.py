@@ -18,6 +18,7 @@ from kerascope.batch import shards as sh
 from kerascope.batch.collector import Collector
 from kerascope.batch.sources import fingerprint, open_source
 from kerascope.batch.worker import BatchExplainer, WorkerConfig
+from kerascope.core.progress import bar_format
 from kerascope.io.images import check_image_size
 from kerascope.io.paths import prepare_output_dir
 from kerascope.io.preprocessing import resolve_preprocess
@@ -427,7 +428,8 @@ def _progress_bar(total: int, enabled: bool) -> Any:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="img", desc="kerascope batch", smoothing=0.1, dynamic_ncols=True)
+    return tqdm(total=total, unit="img", desc="kerascope batch", smoothing=0.1, dynamic_ncols=True,
+                bar_format=bar_format(total), miniters=0)
 
 
 def read(out_dir: str | Path, columns: Sequence[str] | None = None) -> Any:

@@ -8,6 +8,7 @@ import numpy as np
 
 from kerascope.batch.collector import Collector
 from kerascope.batch.worker import BatchExplainer
+from kerascope.core.progress import progress_scope
 
 
 def execute_local(
@@ -27,4 +28,8 @@ def execute_local(
     for shard_indices in indices:
         for start in range(0, len(shard_indices), batch_size):
             chunk = shard_indices[start : start + batch_size]
-            collector.add(explainer.explain_indices(chunk, targets[chunk]))
+            bar = getattr(collector, "bar", None)
+            # the run's bar also moves within a batch, after every chunk of the method's work
+            with progress_scope(len(chunk), progress=bar is not None, bar=bar):
+                result = explainer.explain_indices(chunk, targets[chunk])
+            collector.add(result)

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         n=args.n, seed=args.seed, steps=args.steps, sanity_images=args.sanity_images,
         batch_size=args.batch_size, baselines=not args.no_references,
         on_method=(lambda name: stderr(f"evaluating {name} ...")) if chatty else None,
+        progress=chatty,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

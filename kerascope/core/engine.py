@@ -41,7 +41,7 @@ from kerascope.core.probe import (
     relu_sites,
     softmax_candidates,
 )
-from kerascope.core.progress import progress_bar
+from kerascope.core.progress import Progress, progress_scope
 from kerascope.numeric.chunking import check_batch_size
 
 __all__ = [
@@ -465,7 +465,7 @@ class Engine:
         rule: str | None = None,
         replace: Sequence[np.ndarray] = (),
         batch_size: int = 32,
-        progress: bool = False,
+        progress: Progress = False,
     ) -> GradientResult:
         """Differentiate: scores, input gradients, layer activations/gradients and weight gradients.
 
@@ -482,7 +482,8 @@ class Engine:
                 gradients are then those at the given values (layer attribution: IG or SmoothGrad
                 at a layer interpolate or noise the layer's activation).
             batch_size: samples per compiled call; bounds memory.
-            progress: show a progress bar over the chunks.
+            progress: a progress bar (``True``) or callback over the chunks (see
+                :func:`~kerascope.core.progress.progress_scope`); inside a method's own scope it adds nothing.
 
         Example:
             >>> import keras, numpy as np
@@ -517,10 +518,9 @@ class Engine:
             fn = self._build(prepared, resolved_layers, wrt_inputs, tuple(weights), rule, target_fn, replace_specs)
             self._compiled[key] = fn
         parts: list[dict[str, Any]] = []
-        for part, arrays in progress_bar(
-            list(prepared.chunks(batch_size)), enabled=progress, desc="explaining", unit="batch"
-        ):
-            parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
+        with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
+            for part, arrays in prepared.chunks(batch_size):
+                parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
         result = _merge(parts, wrt_inputs)
         self._check_saturation(result.scores, prepared, result.input_grads)
         _check_finite(result)

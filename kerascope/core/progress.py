@@ -1,9 +1,27 @@
-"""Progress bars for long work (tqdm), off unless asked for."""
+"""Progress bars for long work (tqdm), off unless asked for.
+
+:func:`progress_scope` shows one bar for a piece of work over ``total`` samples (a method
+explaining N images, a batch of a data set). It listens to the one chunker
+(:mod:`kerascope.numeric.chunking`), so the bar moves after every chunk of every method,
+with samples per second and an ETA, without the methods knowing about it:
+
+* only the outermost chunk loop counts (a method's loop over noise samples, IG steps or
+  variants, not the engine's loop inside one of its chunks);
+* a loop's rows map linearly onto the samples (rows of folded variants are sample-major);
+* a loop at least as large as the ones before it (the main loop after a short clean pass)
+  takes over the bar, which restarts its clock so the rate and ETA are the main loop's;
+  smaller loops after it (a final check) leave the bar alone.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from kerascope.numeric.chunking import active_listener, listening
 
 T = TypeVar("T")
 
@@ -22,3 +40,143 @@ def progress_bar(items: Iterable[T], enabled: bool = True, **kwargs: Any) -> Ite
     from tqdm.auto import tqdm
 
     yield from tqdm(items, **kwargs)
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One step of a :func:`progress_scope`: ``done`` of ``total`` samples after ``seconds``.
+
+    Example:
+        >>> ProgressEvent("saliency", 2.0, 4, 1.0).rate
+        2.0
+    """
+
+    description: str
+    done: float
+    total: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Samples per second so far (0 before any time has passed)."""
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+
+#: ``progress=`` as the API takes it: ``False``/``None`` (off), ``True`` (a bar on standard error) or a
+#: callable that receives each :class:`ProgressEvent`.
+Progress = bool | Callable[[ProgressEvent], Any] | None
+
+
+
+def bar_format(total: int) -> str:
+    """tqdm's ``bar_format`` for a bar whose count moves in fractions of a sample (after each chunk).
+
+    Example:
+        >>> bar_format(3)
+        '{desc}: {percentage:3.0f}%|{bar}| {n:.3g}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]'
+    """
+    count = "{n:.3g}" if total < 10 else "{n:.0f}"
+    return "{desc}: {percentage:3.0f}%|{bar}| " + count + "/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+
+
+class _Scope:
+    """The chunk listener behind :func:`progress_scope` (see the module docstring)."""
+
+    def __init__(self, total: int, description: str, unit: str, bar: Any, callback: Any, external: bool) -> None:
+        self.total, self.description, self.unit = total, description, unit
+        self.bar, self.callback, self.external = bar, callback, external
+        self.depth = 0
+        self.largest = 0
+        self.position = 0.0
+        self.started = time.perf_counter()
+
+    # --- ChunkListener --------------------------------------------------------------
+    def start(self, total: int) -> int | None:
+        self.depth += 1
+        if self.depth > 1 or total <= 0 or total < self.largest:
+            return None
+        if self.position > 0:  # a new pass at least as large takes over: restart the clock
+            self._move(0.0, restart=True)
+        self.largest = total
+        return total
+
+    def advance(self, token: int | None, done: int) -> None:
+        if token is not None:
+            self._move(self.total * done / token)
+
+    def stop(self, token: int | None) -> None:
+        self.depth -= 1
+
+    # --- the bar ----------------------------------------------------------------------
+    def _move(self, position: float, restart: bool = False) -> None:
+        position = min(float(self.total), position)
+        if self.bar is not None:
+            if restart and not self.external:
+                self.bar.reset(total=self.total)
+            else:
+                self.bar.update(position - self.position)
+        if restart:
+            self.started = time.perf_counter()
+        self.position = position
+        if self.callback is not None and not restart:
+            self.callback(ProgressEvent(self.description, position, self.total, time.perf_counter() - self.started))
+
+    def finish(self) -> None:
+        if self.external:  # a shared bar: the owner counts finished samples itself
+            if self.bar is not None and self.position:
+                self.bar.n = round(self.bar.n - self.position, 6)
+            return
+        if self.position < self.total:
+            self._move(float(self.total))
+
+
+@contextlib.contextmanager
+def progress_scope(
+    total: int,
+    description: str = "",
+    progress: Progress = True,
+    *,
+    unit: str = "img",
+    bar: Any = None,
+    leave: bool = True,
+) -> Iterator[Any]:
+    """Show progress over ``total`` samples for the work done inside, chunk by chunk.
+
+    ``progress`` is ``True`` (a tqdm bar on standard error), a callable (called with a
+    :class:`ProgressEvent` after every chunk) or false (nothing; also when a scope is
+    already active, so an outer scope is never doubled). ``bar`` is an existing tqdm bar to
+    move while inside (its owner adds the finished samples itself; what the scope added is
+    taken back on exit). ``leave=False`` clears the bar when done.
+
+    Example:
+        >>> from kerascope.numeric.chunking import chunk_ranges
+        >>> seen = []
+        >>> with progress_scope(2, "demo", seen.append):
+        ...     for rows in chunk_ranges(8, 3):  # e.g. 2 samples x 4 noise draws, 3 rows per chunk
+        ...         pass
+        >>> [round(e.done, 2) for e in seen]
+        [0.75, 1.5, 2.0]
+    """
+    if not progress or total <= 0 or active_listener() is not None:
+        yield None
+        return
+    callback = progress if callable(progress) and progress is not True else None
+    external = bar is not None
+    if bar is None and callback is None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=description, unit=unit, bar_format=bar_format(total), smoothing=0.1,
+                   dynamic_ncols=True, leave=leave, miniters=0)  # redraw per chunk (rate-limited by time)
+    scope = _Scope(total, description, unit, bar, callback, external)
+    failed = False
+    try:
+        with listening(scope):
+            yield scope
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if not failed or external:
+            scope.finish()
+        if bar is not None and not external:
+            bar.close()

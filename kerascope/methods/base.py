@@ -10,6 +10,7 @@ import numpy as np
 from kerascope.core.engine import Engine, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.progress import Progress, progress_scope
 from kerascope.core.threads import single_threaded_blas
 
 
@@ -48,7 +49,9 @@ class Method:
         output_layer: explain the output of this inner layer (a path, e.g. the pre-softmax
             ``"logits"`` Dense of a subclassed model that applies ``tf.nn.softmax`` in ``call``)
             instead of the model's output; targets index that layer's output.
-        progress: show a progress bar over batches.
+        progress: ``True`` for a progress bar that moves after every chunk of work (samples per
+            second and ETA), or a callable receiving each
+            :class:`~kerascope.core.progress.ProgressEvent`.
         jit_compile: compile with XLA where the backend supports it.
 
     Example:
@@ -69,7 +72,7 @@ class Method:
         batch_size: int = 32,
         output: str = "logits",
         output_index: int | str | None = None,
-        progress: bool = False,
+        progress: Progress = False,
         jit_compile: bool = False,
         output_layer: str | None = None,
     ) -> None:
@@ -124,7 +127,7 @@ class Method:
             [0, 1]
         """
         prepared = Inputs(inputs)
-        with single_threaded_blas():
+        with single_threaded_blas(), progress_scope(prepared.num_samples, self.name, self.progress):
             return self._explain(prepared, targets)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:

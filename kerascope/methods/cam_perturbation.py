@@ -22,7 +22,6 @@ from keras import ops
 from kerascope.core import targets as targets_lib
 from kerascope.core.inputs import Inputs
 from kerascope.core.intervene import compile_scorer
-from kerascope.core.progress import progress_bar
 from kerascope.methods._folding import chunk_ranges
 from kerascope.methods.cam import CAM, refuse_token_ids, weighted_sum
 from kerascope.methods.registry import register
@@ -108,8 +107,7 @@ class PerturbationCAM(CAM):
         scorer = compile_scorer(self.engine, inputs, target_fn=targets_lib.encode(targets, n)[1], **scorer_options)
         resolved = np.asarray(result.targets, np.int32)
         scores = np.empty(n * per_sample, np.float32)
-        chunks = list(chunk_ranges(n * per_sample, self.batch_size))
-        for rows in progress_bar(chunks, enabled=self.progress, desc=self.name, unit="batch"):
+        for rows in chunk_ranges(n * per_sample, self.batch_size):  # progress: the method's scope hears the chunks
             sample, variant = rows // per_sample, rows % per_sample
             arrays, extra = make(sample, variant)
             scores[rows] = scorer(arrays, resolved[sample], extra)[0]

@@ -36,7 +36,7 @@ the usual pad id), never interpolated.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ import numpy as np
 
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs
-from kerascope.core.progress import progress_bar
+from kerascope.core.progress import progress_scope
 from kerascope.methods._folding import chunk_ranges, forward_scores, row_targets
 
 DEFAULT_GRID = 4
@@ -387,19 +387,6 @@ def _per_input(value: Any, count: int, name: str) -> list[Any]:
     return [value] * count
 
 
-class _Chunks:
-    """Flat row ranges with a length, so the progress bar knows the total."""
-
-    def __init__(self, total: int, batch_size: int) -> None:
-        self.total, self.batch_size = total, batch_size
-
-    def __len__(self) -> int:
-        return -(-self.total // self.batch_size)
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return chunk_ranges(self.total, self.batch_size)
-
-
 def evaluate(
     engine: Engine,
     plan: Plan,
@@ -428,11 +415,12 @@ def evaluate(
     """
     per = plan.background
     scores = np.empty(len(coalitions) * per, np.float64)
-    for rows in progress_bar(_Chunks(len(scores), batch_size), enabled=progress, desc=description):
-        logical = rows // per
-        who = owners[logical]
-        batch = plan.rows(who, coalitions[logical], rows % per)
-        scores[rows], _ = forward_scores(engine, batch, row_targets(targets, resolved, who), batch_size)
+    with progress_scope(len(coalitions), description, progress, unit="coalition"):  # no-op in a method's scope
+        for rows in chunk_ranges(len(scores), batch_size):
+            logical = rows // per
+            who = owners[logical]
+            batch = plan.rows(who, coalitions[logical], rows % per)
+            scores[rows], _ = forward_scores(engine, batch, row_targets(targets, resolved, who), batch_size)
     return scores.reshape(-1, per).mean(axis=1)
 
 

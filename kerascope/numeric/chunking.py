@@ -2,13 +2,69 @@
 
 A leaf module (numpy only). :meth:`~kerascope.core.inputs.Inputs.chunks`, the folded
 methods (noise samples, IG steps, masks, variants) and the metrics' scorers all use it.
+
+Because every loop over chunks goes through :func:`chunk_bounds`, it is also where
+progress is reported: a listener set with :func:`listening` (``kerascope.core.progress``
+sets one for a progress bar) hears when a loop starts, after each chunk, and when it ends,
+so no method needs to know about progress bars.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 import numpy as np
+
+
+class ChunkListener(Protocol):
+    """What :func:`chunk_bounds` tells about its loops (see :func:`listening`)."""
+
+    def start(self, total: int) -> Any:
+        """A loop over ``total`` rows starts; returns a token passed to ``advance`` and ``stop``."""
+
+    def advance(self, token: Any, done: int) -> None:
+        """The rows ``[0, done)`` of the loop are done."""
+
+    def stop(self, token: Any) -> None:
+        """The loop ended (finished, left early or failed)."""
+
+
+_LISTENER: ContextVar[ChunkListener | None] = ContextVar("kerascope_chunk_listener", default=None)
+
+
+def active_listener() -> ChunkListener | None:
+    """The listener that hears this context's chunk loops, if any.
+
+    Example:
+        >>> active_listener() is None
+        True
+    """
+    return _LISTENER.get()
+
+
+@contextlib.contextmanager
+def listening(listener: ChunkListener) -> Iterator[ChunkListener]:
+    """Let ``listener`` hear every chunk loop run in this context (and no other thread's).
+
+    Example:
+        >>> class Log:
+        ...     def __init__(self): self.events = []
+        ...     def start(self, total): self.events.append(("start", total)); return total
+        ...     def advance(self, token, done): self.events.append(("done", done))
+        ...     def stop(self, token): self.events.append(("stop", token))
+        >>> with listening(Log()) as log:
+        ...     _ = list(chunk_bounds(5, 2))
+        >>> log.events
+        [('start', 5), ('done', 2), ('done', 4), ('done', 5), ('stop', 5)]
+    """
+    token = _LISTENER.set(listener)
+    try:
+        yield listener
+    finally:
+        _LISTENER.reset(token)
 
 
 def check_batch_size(batch_size: object) -> None:
@@ -31,8 +87,19 @@ def chunk_bounds(n: int, size: int) -> Iterator[tuple[int, int]]:
         >>> list(chunk_bounds(5, 2))
         [(0, 2), (2, 4), (4, 5)]
     """
-    for start in range(0, n, size):
-        yield start, min(start + size, n)
+    listener = _LISTENER.get()
+    if listener is None:
+        for start in range(0, n, size):
+            yield start, min(start + size, n)
+        return
+    token = listener.start(n)
+    try:
+        for start in range(0, n, size):
+            stop = min(start + size, n)
+            yield start, stop
+            listener.advance(token, stop)  # the caller asked for the next chunk: this one is done
+    finally:
+        listener.stop(token)
 
 
 def chunk_ranges(total: int, batch_size: int) -> Iterator[np.ndarray]:

@@ -121,7 +121,6 @@ def main() -> None:
                 x[i].astype(np.float64), lambda images: forward(images.astype(np.float32)),
                 labels=(int(targets[i]),), top_labels=None, hide_color=baseline, num_features=features[i],
                 num_samples=n, segmentation_fn=lambda image, i=i: masks[i], batch_size=bs,
-                progress_bar=False,
             )
 
     def loop(method: str, per_eval: int) -> None:

@@ -14,12 +14,14 @@ import numpy as np
 
 from kerascope.core.engine import engine_for
 from kerascope.core.progress import Progress, progress_scope
+from kerascope.io.display import read_display_image
 from kerascope.io.images import check_image_size, load_images, model_image_size
 from kerascope.io.paths import prepare_output_dir
 from kerascope.io.preprocessing import resolve_preprocess
 from kerascope.methods.registry import build, check_common, method_name
+from kerascope.report.about import page_facts
 from kerascope.report.html import ReportEntry, write_report
-from kerascope.viz.overlay import check_overlay_options, save_overlay
+from kerascope.viz.overlay import check_overlay_options, save_scaled_overlay
 
 
 @dataclass
@@ -53,16 +55,13 @@ class RunSummary:
         return dict(vars(self))
 
 
-def run_table(summary: RunSummary) -> list[dict[str, str]]:
-    """The run's settings as report rows: preprocessing (and why) and each method's layer.
+def _is_cam(spec: Any) -> bool:
+    """Whether a method spec (name, class or instance) is a CAM, the methods ``layer=`` of a run is for."""
+    from kerascope.methods.cam import CAM
+    from kerascope.methods.registry import get
 
-    Example:
-        >>> run_table(RunSummary("o", preprocess="unit", preprocess_reason="assumed", layers={"gradcam": "conv3"}))
-        [{'setting': 'preprocessing', 'value': 'unit (assumed)'}, {'setting': 'gradcam layer', 'value': 'conv3'}]
-    """
-    rows = [{"setting": "preprocessing", "value": f"{summary.preprocess} ({summary.preprocess_reason})"}]
-    rows += [{"setting": f"{name} layer", "value": path} for name, path in summary.layers.items()]
-    return rows
+    cls = spec if isinstance(spec, type) else get(spec) if isinstance(spec, str) else type(spec)
+    return isinstance(cls, type) and issubclass(cls, CAM)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -88,13 +87,14 @@ def explain_images(
     preprocess: str = "auto",
     class_names: Sequence[str] | None = None,
     batch_size: int = 32,
-    cmap: str = "jet",
-    alpha: float = 0.5,
+    cmap: str | None = None,
+    alpha: float = 0.6,
     top_k: int = 3,
     progress: Progress = True,
     title: str = "kerascope report",
     method_params: dict[str, Any] | None = None,
     common_params: dict[str, Any] | None = None,
+    model_path: str | Path | None = None,
 ) -> RunSummary:
     """Explain image files: writes ``OUT/overlays/*.png``, ``OUT/<method>.npz`` and ``OUT/index.html``.
 
@@ -110,6 +110,12 @@ def explain_images(
     sizes that cannot fit in memory, an output folder that is a file or cannot
     be written). Existing files in ``out_dir`` other than the ones this run
     writes are left alone.
+
+    Overlays and ``inputs/*.png`` are saved at the image's natural size, at most 512 px on
+    the longest side and never smaller than the model input (:func:`kerascope.io.display.display_size`);
+    ``cmap=None`` colours signed methods on ``RdBu_r`` centred at zero and unsigned ones on
+    ``magma`` (:mod:`kerascope.viz.colours`). ``model_path`` (the model file) adds its SHA-256 to
+    the report's "About this page" box.
 
     Example:
         >>> import kerascope as ks, tempfile
@@ -142,6 +148,7 @@ def explain_images(
                          preprocess_reason=preprocess_reason)
     summary.failed = len(batch.errors)
     entries: list[ReportEntry] = []
+    method_facts: dict[str, dict[str, Any]] = {name: {} for name in names}
     if len(batch):
         # the predictions shown are those of the explained output (output_index / output_layer, if given)
         space = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
@@ -152,17 +159,25 @@ def explain_images(
         stems = [_safe_stem(p, i) for i, p in enumerate(batch.paths)]
         from PIL import Image
 
-        for stem, pixels in zip(stems, batch.pixels):
+        shown = []
+        for path, pixels in zip(batch.paths, batch.pixels):  # the report shows images at their natural size
+            try:
+                shown.append(read_display_image(path, size, channels=pixels.shape[-1]))
+            except (ValueError, OSError):
+                shown.append(pixels)
+        for stem, pixels in zip(stems, shown):
             Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(out / "inputs" / f"{stem}.png")
         overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
+        scales: dict[str, dict[str, dict[str, Any]]] = {stem: {} for stem in stems}
         params = method_params or {}
         explained: np.ndarray | None = None
         common: dict[str, Any] = {"batch_size": batch_size}
-        if layer is not None:
-            common["layer"] = layer
         common.update(common_params or {})
         for k, (spec, name) in enumerate(zip(methods, names), 1):
-            method = build(spec, model, params.get(name, {}), common)
+            own = dict(params.get(name, {}))
+            if layer is not None and _is_cam(spec):  # `layer` names the CAM layer; gradient methods stay at the input
+                own.setdefault("layer", layer)
+            method = build(spec, model, own, common)
             label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
             with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
                 explanation = method.explain(batch.inputs, targets)
@@ -173,17 +188,23 @@ def explain_images(
                                       preprocess_reason=preprocess_reason, layer=summary.layers.get(name))
             explanation.save(out / f"{name}.npz")
             explained = explanation.targets
+            method_facts[name] = {**explanation.params, "layer": summary.layers.get(name) or explanation.layer}
             for i, stem in enumerate(stems):
                 rel = f"overlays/{stem}_{name}.png"
-                save_overlay(out / rel, batch.pixels[i], explanation.attributions[i], cmap=cmap, alpha=alpha)
+                scale = save_scaled_overlay(out / rel, shown[i], explanation.attributions[i], method=name,
+                                            params=explanation.params, cmap=cmap, alpha=alpha)
                 overlays[stem][name] = rel
+                scales[stem][name] = scale.as_dict()
         names = list(class_names) if class_names else [str(i) for i in range(probs.shape[-1])]
         for i, (stem, path) in enumerate(zip(stems, batch.paths)):
             order = np.argsort(-probs[i])[:top_k]
             top = [(names[j] if j < len(names) else str(j), float(probs[i, j])) for j in order]
             target = None if explained is None else names[int(explained[i])] if int(explained[i]) < len(names) else str(explained[i])
-            probability = None if explained is None else float(probs[i, int(explained[i])])
-            entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target, probability))
+            probability = None
+            if explained is not None and 0 <= int(explained[i]) < probs.shape[-1]:
+                probability = float(probs[i, int(explained[i])])
+            entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target,
+                                       scales=scales[stem], target_probability=probability))
             summary.predictions[str(path)] = top[0][0]
         summary.processed = len(batch)
     layers = "; ".join(f"{name} layer {path}" for name, path in summary.layers.items())
@@ -194,7 +215,9 @@ def explain_images(
         subtitle=f"model {model.name} · methods {', '.join(summary.methods)} · {summary.processed} images · "
                  f"preprocessing {preprocess}" + (f" · {layers}" if layers else ""),
         errors=batch.errors,
-        tables={"About this run": run_table(summary)},
+        about=page_facts(model_name=model.name, model_path=model_path,
+                         preprocess=preprocess,
+                         preprocess_reason=preprocess_reason, methods=method_facts),
     )
     summary.report = str(report)
     summary.seconds = round(time.perf_counter() - start, 3)

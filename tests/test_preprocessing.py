@@ -91,8 +91,9 @@ def test_explain_cli_prints_and_records_the_mode(tmp_path, capsys, pictures, res
 
     report = json.loads((out / "report.json").read_text())
     assert f"preprocessing {mode}" in report["subtitle"] and "gradcam layer conv" in report["subtitle"]
-    rows = {r["setting"]: r["value"] for r in report["tables"]["About this run"]}
-    assert rows["preprocessing"].startswith(mode + " (") and rows["gradcam layer"] == "conv"
+    about = report["about"]  # the page's "About this page" box
+    assert about["preprocessing"].startswith(f"{mode}: ") and about["preprocessing"].endswith(")")
+    assert about["methods"]["gradcam"]["layer"] == "conv" and "layer" not in about["methods"]["saliency"]
     # the recorded probabilities are the model's on the pixels scaled as recorded (independent call)
     scaled = _pixels(pictures) / (1.0 if mode == "raw" else 255.0)
     probs = np.asarray(model(scaled))

@@ -24,6 +24,7 @@ import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from kerascope.core.explanation import Explanation  # noqa: E402
+from kerascope.numeric.resize import upsample  # noqa: E402
 from kerascope.pipeline import explain_images  # noqa: E402
 from kerascope.report import ReportEntry, html_table, read_report_data, rebuild_report, render, write_report  # noqa: E402
 
@@ -193,6 +194,23 @@ def test_cli_report_json_and_embed(results, tmp_path, capsys):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
+#: What the page looks like once laid out: horizontal overflow, each entry's methods in page order with
+#: the size of its picture and colour bar (the bar's CSS gradient), and the "About this page" box.
+LAYOUT_PROBE = """JSON.stringify({
+  scrollWidth: document.scrollingElement.scrollWidth, innerWidth: window.innerWidth,
+  entries: Array.from(document.querySelectorAll('section.entry')).map(s => ({
+    methods: Array.from(s.querySelectorAll('figure.method')).map(f => {
+      const bar = f.querySelector('.bar'), img = f.querySelector('img');
+      return {name: f.dataset.method, shown: img.getBoundingClientRect().width,
+              right: f.getBoundingClientRect().right,
+              bar: bar ? {width: bar.getBoundingClientRect().width, height: bar.getBoundingClientRect().height,
+                          background: getComputedStyle(bar).backgroundImage} : null,
+              legend: (f.querySelector('.legend') || {}).textContent || null};
+    })})),
+  about: (document.querySelector('section.about') || {}).innerText || null
+})"""
+
+
 class Browser:
     """Minimal DevTools-protocol client over ``--remote-debugging-pipe`` (stdlib only)."""
 
@@ -255,14 +273,15 @@ class Browser:
         while not any(e.get("method") == method and e.get("sessionId") == session for e in self.events):
             self._on_event(self._read(max(deadline - time.monotonic(), 0.01)), session)
 
-    def open(self, url: str, screenshot: Path) -> dict:
-        """Load ``url``; return its images' load state, console errors, exceptions and dialogs."""
+    def open(self, url: str, screenshot: Path, width: int = 1100, mobile: bool = False) -> dict:
+        """Load ``url`` at a window ``width``; return its images' load state, layout facts (overflow, the
+        methods' order, colour bars), console errors, exceptions and dialogs."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable", session=session)
         self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": 1100, "height": 800, "deviceScaleFactor": 1, "mobile": False}, session=session)
+                  {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": mobile}, session=session)
         start = len(self.events)
         self.send("Page.navigate", {"url": url}, session=session)
         self.wait_for("Page.loadEventFired", session)
@@ -270,6 +289,8 @@ class Browser:
             "expression": "JSON.stringify(Array.from(document.images).map(i => "
                           "({src: i.getAttribute('src').slice(0, 60), complete: i.complete, width: i.naturalWidth})))",
             "returnByValue": True}, session=session)["result"]["value"]
+        layout = self.send("Runtime.evaluate", {"expression": LAYOUT_PROBE, "returnByValue": True},
+                           session=session)["result"]["value"]
         shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session)
         screenshot.write_bytes(base64.b64decode(shot["data"]))
         time.sleep(0.2)
@@ -283,7 +304,7 @@ class Browser:
         errors += [e["params"]["exceptionDetails"]["text"] for e in mine if e.get("method") == "Runtime.exceptionThrown"]
         dialogs = [e["params"]["message"] for e in mine if e.get("method") == "Page.javascriptDialogOpening"]
         self.send("Target.closeTarget", {"targetId": target})
-        return {"images": json.loads(images), "errors": errors, "dialogs": dialogs}
+        return {"images": json.loads(images), "errors": errors, "dialogs": dialogs, **json.loads(layout)}
 
     def close(self) -> None:
         try:
@@ -344,3 +365,105 @@ def test_browser_check_detects_broken_pages(browser, tmp_path):
     assert [i["width"] for i in report["images"]] == [0, 0]
     assert any("boom" in e for e in report["errors"]) and any("ERR_FILE_NOT_FOUND" in e for e in report["errors"])
     assert report["dialogs"] == ["hi"]
+
+
+# ----------------------------------------------------------------------------------------------- layout (issue 17)
+ORDER = ("saliency", "gradcam", "integrated_gradients")  # deliberately not alphabetical
+SIZES = {"wide.png": (200, 300), "tiny.png": (8, 8), "big.png": (1000, 800)}  # natural (H, W)
+SHOWN = {"wide.png": (200, 300), "tiny.png": (16, 16), "big.png": (512, 410)}  # <= 512 px, model input as floor
+
+
+@pytest.fixture(scope="module")
+def ordered(tiny_model, tmp_path_factory) -> tuple[Path, Path]:
+    """A run with methods in a given order, pictures of several natural sizes, a saved model file, a bad file."""
+    src = tmp_path_factory.mktemp("sized")
+    rng = np.random.default_rng(1)
+    for name, (h, w) in SIZES.items():
+        Image.fromarray((rng.random((h, w, 3)) * 255).astype(np.uint8)).save(src / name)
+    (src / "broken.png").write_text("not a png")
+    model_file = src / "tiny.keras"
+    tiny_model.save(model_file)
+    out = tmp_path_factory.mktemp("ordered")
+    explain_images(tiny_model, [src / n for n in (*SIZES, "broken.png")], out, methods=ORDER, layer="conv",
+                   class_names=CLASS_NAMES, progress=False, model_path=model_file)
+    return out, model_file
+
+
+def test_overlays_at_natural_size_and_scales_follow_the_sign_convention(ordered):
+    out, _ = ordered
+    data = read_report_data(out)
+    assert [e.name for e in data["entries"]] == list(SIZES)
+    saliency = Explanation.load(out / "saliency.npz")
+    for i, entry in enumerate(data["entries"]):
+        assert list(entry.overlays) == list(ORDER) and list(entry.scales) == list(ORDER)
+        for picture in (entry.image, *entry.overlays.values()):
+            assert Image.open(out / picture).size[::-1] == SHOWN[entry.name], picture
+        for method in ("saliency", "integrated_gradients"):  # signed: diverging, centred at zero
+            scale = entry.scales[method]
+            assert scale["cmap"] == "RdBu_r" and scale["signed"] and scale["low"] == -scale["high"] > -np.inf
+        assert entry.scales["gradcam"]["cmap"] == "magma" and entry.scales["gradcam"]["low"] == 0
+        # the limit is the 99.5th percentile of |channel sum| of the raw saliency
+        summed = saliency.attributions[i].astype(np.float64).sum(-1)
+        assert entry.scales["saliency"]["high"] == pytest.approx(np.percentile(np.abs(summed), 99.5))
+        # where the saliency is largest the overlay is red; the smallest value is much less red (blue if < 0)
+        overlay = np.asarray(Image.open(out / entry.overlays["saliency"]).convert("RGB")).astype(int)
+        shown = upsample(summed[None].astype(np.float32), SHOWN[entry.name])[0]  # the map at the picture's size
+        hot, cold = (np.unravel_index(f(shown), shown.shape) for f in (np.argmax, np.argmin))
+        red_share = overlay[..., 0] / overlay.sum(-1).clip(1)  # 1/3 for grey
+        assert red_share[hot] > 0.45 and red_share[hot] > red_share[cold] + 0.1, (overlay[hot], overlay[cold])
+        if shown[cold] < -0.5 * shown[hot]:
+            assert overlay[cold][2] > overlay[cold][0] + 40
+        assert entry.target_probability is not None and 0 < entry.target_probability <= 1
+
+
+def test_about_box_order_and_unreadable_message(ordered, tmp_path):
+    import hashlib
+
+    import kerascope
+
+    out, model_file = ordered
+    about = read_report_data(out)["about"]
+    assert about["model"] == "sequential" or about["model"]  # the model's name
+    assert about["model file"] == "tiny.keras"
+    assert about["model sha256"] == hashlib.sha256(model_file.read_bytes()).hexdigest()[:16]
+    assert list(about["methods"]) == list(ORDER) and about["methods"]["gradcam"]["layer"] == "conv"
+    assert "layer" not in about["methods"]["saliency"]  # --layer names the CAM layer only
+    assert about["kerascope version"] == kerascope.__version__
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert about["model sha256"] in page and "About this page" in page
+    row = next(r for r in page.split("<tr>") if "broken.png" in r)
+    assert row.count("broken.png") == 1 and "not a readable image" in row  # the reason without the path again
+    # a rebuild (all overlays redrawn) keeps the order, the colour bars and the box
+    folder = _copy(out, tmp_path)
+    rebuild_report(folder, redraw=True)
+    rebuilt = read_report_data(folder)
+    before = read_report_data(out)
+    assert [list(e.overlays) for e in rebuilt["entries"]] == [list(ORDER)] * 3
+    assert [e.scales for e in rebuilt["entries"]] == [e.scales for e in before["entries"]]
+    assert rebuilt["about"]["model sha256"] == about["model sha256"]
+
+
+@pytest.mark.parametrize("width,mobile", [(1280, False), (390, True)], ids=["desktop", "phone"])
+def test_report_layout_in_chromium(ordered, browser, tmp_path, width, mobile):
+    out, _ = ordered
+    shot = Path(os.environ.get("KERASCOPE_SCREENSHOTS", tmp_path)) / f"report-{width}.png"  # set it to look at them
+    page = browser.open((out / "index.html").as_uri(), shot, width=width, mobile=mobile)
+    assert page["errors"] == [] and page["dialogs"] == []
+    assert page["scrollWidth"] <= page["innerWidth"] == width  # no horizontal overflow
+    assert len(page["images"]) == 3 * 4 and all(i["complete"] and i["width"] > 0 for i in page["images"])
+    assert [[m["name"] for m in e["methods"]] for e in page["entries"]] == [list(ORDER)] * 3
+    for entry in page["entries"]:
+        for method in entry["methods"]:
+            bar = method["bar"]
+            assert bar is not None and bar["height"] >= 8 and bar["width"] >= 0.9 * method["shown"], method
+            assert bar["background"].startswith("linear-gradient") and method["legend"]
+        signed = [m["legend"] for m in entry["methods"] if m["name"] != "gradcam"]
+        assert all(text.startswith("red raises") for text in signed)
+        assert entry["methods"][1]["legend"].startswith("brighter")
+        if mobile:  # one column: pictures as wide as the screen allows
+            assert all(m["shown"] >= 0.75 * width for m in entry["methods"])
+        else:  # the grid uses the page width: input + 3 methods side by side, each bigger than the old 160 px
+            assert entry["methods"][-1]["right"] > 0.6 * width and all(m["shown"] > 180 for m in entry["methods"])
+    assert "model sha256" in page["about"]
+    picture = np.asarray(Image.open(shot).convert("RGB"))
+    assert width - 20 <= picture.shape[1] <= width and picture.shape[0] >= 800 and picture.std() > 5  # minus a scrollbar

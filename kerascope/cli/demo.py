@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         load_model(demo_model_path()), demo_images(), args.out,
         methods=methods, method_params=cams, class_names=meta["class_names"],
         progress=not (args.quiet or args.json), title="kerascope demo: synthetic shapes",
-        cmap="jet", alpha=0.5,
+        model_path=demo_model_path(),
     )
     emit(args, summary.as_dict(),
          f"demo: {summary.processed} images x {len(summary.methods)} methods in {summary.seconds:.1f}s\n"

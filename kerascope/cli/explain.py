@@ -44,8 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
     add_param_flag(p)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--cmap", default="jet", help="matplotlib colormap for overlays")
-    p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity")
+    p.add_argument("--cmap", default=None,
+                   help="matplotlib colormap for overlays (default: RdBu_r centred at 0 for signed methods, magma "
+                   "for unsigned ones)")
+    p.add_argument("--alpha", type=float, default=0.6, help="overlay opacity (default: 0.6)")
     add_image_flags(p)
     add_output_flags(p)
     p.set_defaults(run=run)
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         cmap=args.cmap,
         alpha=args.alpha,
         progress=chatty,
+        model_path=args.model,
     )
     if chatty and summary.layers:
         stderr("layers: " + ", ".join(f"{name}: {path}" for name, path in summary.layers.items()))

@@ -24,8 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
     p.add_argument("--title", help="page title (default: the saved one)")
     p.add_argument("--redraw", action="store_true", help="redraw every overlay (default: only missing ones)")
-    p.add_argument("--cmap", default="jet", help="matplotlib colormap for redrawn overlays")
-    p.add_argument("--alpha", type=float, default=0.5, help="opacity of redrawn overlays")
+    p.add_argument("--cmap", default=None,
+                   help="matplotlib colormap for redrawn overlays (default: RdBu_r centred at 0 for signed methods, "
+                   "magma for unsigned ones)")
+    p.add_argument("--alpha", type=float, default=0.6, help="opacity of redrawn overlays (default: 0.6)")
     p.add_argument("--embed", action="store_true", help="inline the pictures: index.html works as a single file")
     add_output_flags(p)
     p.set_defaults(run=run)
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "report": str(path),
         "images": len(entries),
-        "methods": sorted({m for e in entries for m in e.overlays}),
+        "methods": list(dict.fromkeys(m for e in entries for m in e.overlays)),  # in the order given
         "errors": data.get("errors", {}),
         "unreadable": data.get("unreadable", {}),
         "seconds": round(time.perf_counter() - start, 3),

@@ -27,17 +27,29 @@ from typing import Any
 from kerascope.io.paths import UnsafePathError, atomic_write_text, inside, sniff_image
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fafafa}
-h1{font-size:22px;margin:0 0 4px} .meta{color:#666;font-size:13px;margin-bottom:18px}
-.card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px;margin:0 0 16px}
-.card h2{font-size:15px;margin:0 0 8px;word-break:break-all}
-.row{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-figure{margin:0;text-align:center} figure img{width:160px;height:160px;image-rendering:pixelated;border:1px solid #ccc}
-figcaption{font-size:12px;color:#444;margin-top:4px} table{border-collapse:collapse;font-size:13px}
-td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eee} .err{color:#b00020}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;padding:16px clamp(10px,2.5vw,32px);
+color:#222;background:#f6f6f4;line-height:1.35}
+h1{font-size:22px;margin:0 0 4px;overflow-wrap:anywhere} .meta{color:#666;font-size:13px;margin-bottom:14px}
+.card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px;margin:0 0 16px;min-width:0}
+.card h2{font-size:15px;margin:0 0 6px;overflow-wrap:anywhere}
+.facts{font-size:13px;color:#333;margin:0 0 10px;overflow-wrap:anywhere}
+.facts span+span:before{content:" \\00b7  ";color:#999}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,190px),1fr));gap:14px;align-items:start}
+figure{margin:0;min-width:0} figure img{display:block;width:100%;height:auto;max-width:512px;border:1px solid #ccc;
+border-radius:3px;background:#eee}
+figcaption{font-size:12px;color:#444;margin-top:4px;max-width:512px} figcaption b{font-size:13px;color:#222}
+.bar{height:10px;border:1px solid #bbb;border-radius:2px;margin-top:4px}
+.ticks{display:flex;justify-content:space-between;font-size:11px;color:#555;font-variant-numeric:tabular-nums}
+.legend{font-size:11.5px;color:#444;margin-top:2px}
+.scroll{overflow-x:auto;max-width:100%} table.preds{margin-top:4px;width:100%} table{border-collapse:collapse;font-size:13px}
+td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eee;overflow-wrap:anywhere;vertical-align:top}
+th{white-space:nowrap}
+.err{color:#b00020} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.about dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0;font-size:13px}
+.about dt{color:#666} .about dd{margin:0;overflow-wrap:anywhere} .about code{font-size:12px}
+@media (max-width:520px){.about dl{grid-template-columns:1fr} .about dd{margin-bottom:6px}}
 """
-
 #: What ``tables=`` accepts per heading: rows as a list of dicts (keys are columns), a dict of rows
 #: (row name -> {column: value}), or a ``str`` of already-rendered HTML that you trust.
 TableData = str | Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
@@ -48,8 +60,11 @@ class ReportEntry:
     """One input image in the report.
 
     ``predictions`` are ``(class name, probability)`` pairs, best first;
-    ``overlays`` maps a method name to a picture path relative to the page;
-    ``target`` is the explained class and ``target_probability`` its probability.
+    ``overlays`` maps a method name to a picture path relative to the page, in the order
+    the methods were given (the page keeps it); ``scales`` maps a method name to its colour
+    scale (:meth:`kerascope.viz.colours.ColourScale.as_dict`), drawn as a colour bar with a
+    legend under the overlay; ``target`` is the explained class and ``target_probability`` its probability;
+    ``details`` are extra facts shown under the heading (e.g. ``{"CAM layer": "conv3"}``).
 
     Example:
         >>> ReportEntry("cat.png", "images/cat.png", [("cat", 0.9)]).name
@@ -62,6 +77,8 @@ class ReportEntry:
     overlays: dict[str, str] = field(default_factory=dict)
     target: str | None = None
     target_probability: float | None = None
+    scales: dict[str, dict[str, Any]] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
 
 
 def _e(text: object) -> str:
@@ -248,6 +265,108 @@ def _score(value: float) -> str:
     return "–" if value is None or math.isnan(float(value)) else f"{float(value):.3f}"
 
 
+_HEX = re.compile(r"^#[0-9a-fA-F]{6}$")
+
+
+def _checked_scale(scale: Any) -> dict[str, Any] | None:
+    """A colour scale fit for the page (stops are plain ``#rrggbb``, limits finite), else ``None``.
+
+    Scales may come from a ``report.json`` someone sent: nothing but validated colours reaches a
+    ``style`` attribute.
+    """
+    if not isinstance(scale, Mapping):
+        return None
+    stops = scale.get("stops")
+    try:
+        low, high = float(scale.get("low")), float(scale.get("high"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if (not isinstance(stops, (list, tuple)) or not 2 <= len(stops) <= 64
+            or not all(isinstance(c, str) and _HEX.match(c) for c in stops)
+            or not (math.isfinite(low) and math.isfinite(high) and high > low)):
+        return None
+    return {"stops": list(stops), "low": low, "high": high, "signed": bool(scale.get("signed")),
+            "cmap": str(scale.get("cmap", "")), "custom": scale.get("cmap") not in ("RdBu_r", "magma")}
+
+
+def _tick(value: float) -> str:
+    if value == 0:
+        return "0"
+    text = f"{abs(value):.3g}"
+    return ("−" if value < 0 else "+") + text
+
+
+def _colour_bar(scale: Mapping[str, Any] | None, target: str | None) -> str:
+    """A colour bar (a CSS gradient of the scale's colours), its limits and a one-line legend."""
+    from kerascope.viz.colours import legend_text
+
+    checked = _checked_scale(scale)
+    if checked is None:
+        return ""
+    low, high = checked["low"], checked["high"]
+    middle = 0.0 if checked["signed"] else (low + high) / 2
+    ticks = [_tick(low) if checked["signed"] else "0", _tick(middle), _tick(high)]
+    if not checked["signed"]:
+        ticks = [t.lstrip("+") for t in ticks]
+    gradient = ",".join(checked["stops"])
+    legend = legend_text(checked["signed"], target, checked["custom"])
+    return (
+        f"<div class='bar' role='img' aria-label='colour scale {_e(checked['cmap'])} from {_e(ticks[0])} to "
+        f"{_e(ticks[2])}' style='background:linear-gradient(to right,{gradient})'></div>"
+        f"<div class='ticks'>{''.join(f'<span>{_e(t)}</span>' for t in ticks)}</div>"
+        f"<div class='legend'>{_e(legend)}</div>"
+    )
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def _about(about: Mapping[str, Any]) -> str:
+    """The "about this page" box: one row per fact, method parameters one line per method."""
+    rows = []
+    for key, value in about.items():
+        if key == "methods" and isinstance(value, Mapping):
+            lines = []
+            for method, params in value.items():
+                if isinstance(params, Mapping) and params:
+                    text = ", ".join(f"{k}={_value_text(v)}" for k, v in params.items())
+                else:
+                    text = "defaults"
+                lines.append(f"<div><b>{_e(method)}</b>: <code>{_e(text)}</code></div>")
+            rows.append(f"<dt>method parameters</dt><dd>{''.join(lines)}</dd>")
+        elif value is not None and value != "":
+            rows.append(f"<dt>{_e(key)}</dt><dd>{_e(_value_text(value))}</dd>")
+    return f"<section class='card about'><h2>About this page</h2><dl>{''.join(rows)}</dl></section>"
+
+
+def _reason(name: str, message: str) -> str:
+    """An error message without the file name the row already shows.
+
+    Example:
+        >>> _reason("a.png", "a.png: not a readable image (cannot identify image file 'a.png').")
+        'not a readable image (cannot identify image file).'
+    """
+    for prefix in (f"{name}: ", f"{name}:", name):
+        if prefix and message.startswith(prefix) and len(message) > len(prefix):
+            message = message[len(prefix):].lstrip()
+            break
+    if name:  # e.g. Pillow's "cannot identify image file '/path/a.png'"
+        for quoted in (f" {name!r}", f' "{name}"', f" '{name}'"):
+            message = message.replace(quoted, "")
+        message = message.replace(name, "this file")
+    return message
+
+
+def _problem_rows(problems: Mapping[str, str]) -> str:
+    return "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(_reason(str(k), str(v)))}</td></tr>"
+                   for k, v in problems.items())
+
+
 def render(
     entries: list[ReportEntry],
     *,
@@ -257,6 +376,7 @@ def render(
     tables: Mapping[str, TableData] | None = None,
     embed_from: str | Path | None = None,
     unreadable: Mapping[str, str] | None = None,
+    about: Mapping[str, Any] | None = None,
 ) -> str:
     """Render the report page as a string (paths in entries are relative to the page).
 
@@ -267,6 +387,12 @@ def render(
     PNG/JPEG files inside that folder are read.
     ``unreadable``: ``{file name: reason}`` for saved files that could not be used
     (listed on the page in their own section).
+    ``about``: facts for the "About this page" box, in order (e.g. model, model file,
+    sha256, preprocessing, kerascope version); the key ``"methods"`` maps each method to
+    its parameters.
+
+    The page is a responsive grid (input, then one overlay per method in the order of
+    ``entry.overlays``), each overlay with its colour bar and legend; no scripts.
 
     Example:
         >>> page = render([ReportEntry("<b>.png", "a.png", [("x", 1.0)], {"gradcam": "g.png"})])
@@ -281,31 +407,46 @@ def render(
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1><div class='meta'>{_e(subtitle)}</div>",
     ]
+    if about:
+        parts.append(_about(about))
     for heading, table in (tables or {}).items():
-        parts.append(f"<div class='card'><h2>{_e(heading)}</h2>{html_table(table)}</div>")
+        parts.append(f"<div class='card'><h2>{_e(heading)}</h2><div class='scroll'>{html_table(table)}</div></div>")
     for entry in entries:
         preds = "".join(f"<tr><td>{_e(label)}</td><td class='num'>{_score(score)}</td></tr>"
                         for label, score in entry.predictions)
-        target = f" &middot; explained class: <b>{_e(entry.target)}</b>" if entry.target is not None else ""
-        figures = [
-            f"<figure><img src='{_e(_src(entry.image, base))}' alt='{_e(entry.name)}'>"
-            "<figcaption>input</figcaption></figure>"
-        ] if entry.image else []
+        facts = []
+        if entry.target is not None:
+            probability = entry.target_probability
+            shown = "" if probability is None or math.isnan(float(probability)) else f" (p = {float(probability):.3f})"
+            facts.append(f"<span>explained class: <b>{_e(entry.target)}</b>{shown}</span>")
+        facts += [f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in entry.details.items()]
+        table = (f"<table class='preds'><tr><th>top classes</th><th class='num'>probability</th></tr>{preds}</table>"
+                 if entry.predictions else "")
+        cells = []
+        if entry.image:
+            cells.append(
+                f"<figure class='input'><img src='{_e(_src(entry.image, base))}' alt='{_e(entry.name)}'>"
+                f"<figcaption><b>input</b>{table}</figcaption></figure>"
+            )
+        elif table:
+            cells.append(f"<div>{table}</div>")
         for method, path in entry.overlays.items():
-            figures.append(
-                f"<figure><img src='{_e(_src(path, base))}' alt='{_e(method)} for {_e(entry.name)}'>"
-                f"<figcaption>{_e(method)}</figcaption></figure>"
+            cells.append(
+                f"<figure class='method' data-method='{_e(method)}'><img src='{_e(_src(path, base))}' "
+                f"alt='{_e(method)} for {_e(entry.name)}'><figcaption><b>{_e(method)}</b>"
+                f"{_colour_bar(entry.scales.get(method), entry.target)}</figcaption></figure>"
             )
         parts.append(
-            f"<div class='card'><h2>{_e(entry.name)}{target}</h2><div class='row'>"
-            f"<table><tr><th>top classes</th><th>probability</th></tr>{preds}</table>{''.join(figures)}</div></div>"
+            f"<section class='card entry'><h2>{_e(entry.name)}</h2>"
+            + (f"<div class='facts'>{''.join(facts)}</div>" if facts else "")
+            + f"<div class='grid'>{''.join(cells)}</div></section>"
         )
     if errors:
-        rows = "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(v)}</td></tr>" for k, v in errors.items())
-        parts.append(f"<div class='card'><h2>Inputs that could not be explained</h2><table>{rows}</table></div>")
+        parts.append("<div class='card'><h2>Inputs that could not be explained</h2>"
+                     f"<div class='scroll'><table>{_problem_rows(errors)}</table></div></div>")
     if unreadable:
-        rows = "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(v)}</td></tr>" for k, v in unreadable.items())
-        parts.append(f"<div class='card'><h2>Saved files that could not be used</h2><table>{rows}</table></div>")
+        parts.append("<div class='card'><h2>Saved files that could not be used</h2>"
+                     f"<div class='scroll'><table>{_problem_rows(unreadable)}</table></div></div>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -336,6 +477,7 @@ def write_report(
     embed_images: bool = False,
     save_data: bool = True,
     unreadable: Mapping[str, str] | None = None,
+    about: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write :func:`render` to ``path`` (usually ``OUT/index.html``); returns the path.
 
@@ -353,6 +495,7 @@ def write_report(
             so that ``kerascope report`` can rebuild it later.
         unreadable: ``{file: reason}`` for saved files a rebuild could not use (shown, and kept in
             ``report.json`` under ``"unreadable"``).
+        about: facts for the "About this page" box (see :func:`render`), kept in ``report.json``.
 
     Both files are written atomically; a symbolic link in their place is replaced, never followed.
 
@@ -367,7 +510,7 @@ def write_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     page = render(
         entries, title=title, subtitle=subtitle, errors=errors, tables=tables,
-        embed_from=path.parent if embed_images else None, unreadable=unreadable,
+        embed_from=path.parent if embed_images else None, unreadable=unreadable, about=about,
     )
     atomic_write_text(path, page)
     if save_data:
@@ -379,6 +522,7 @@ def write_report(
             "tables": _json_tables({k: v for k, v in (tables or {}).items() if not isinstance(v, str)}),
             "html_tables": {str(k): v for k, v in (tables or {}).items() if isinstance(v, str)},
             "unreadable": dict(unreadable or {}),
+            "about": _json_tables(about),
             "entries": [
                 {**asdict(e), "predictions": [[str(label), None if math.isnan(float(s)) else float(s)]
                                               for label, s in e.predictions]}
@@ -411,7 +555,7 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
         for key in ("title", "subtitle"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise TypeError(f"{key!r} must be a string")
-        for key in ("errors", "tables", "html_tables", "unreadable"):
+        for key in ("errors", "tables", "html_tables", "unreadable", "about"):
             if not isinstance(data.get(key) or {}, dict):
                 raise TypeError(f"{key!r} must be an object")
         data["errors"] = {str(k): str(v) for k, v in (data.get("errors") or {}).items()}
@@ -428,14 +572,21 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
                 raise TypeError("an entry's 'overlays' must map method names to picture paths")
             if not isinstance(e["image"], str):
                 raise TypeError("an entry's 'image' must be a path string")
+            scales, details = e.get("scales") or {}, e.get("details") or {}
+            if not isinstance(scales, dict) or not isinstance(details, dict):
+                raise TypeError("an entry's 'scales' and 'details' must be objects")
+            probability = e.get("target_probability")
             parsed.append(ReportEntry(
                 name=str(e["name"]), image=e["image"],
                 predictions=[(str(label), float("nan") if s is None else float(s)) for label, s in e["predictions"]],
                 overlays={str(k): v for k, v in overlays.items()},
                 target=None if e.get("target") is None else str(e["target"]),
-                target_probability=None if e.get("target_probability") is None else float(e["target_probability"]),
+                scales={str(k): v for k, v in scales.items() if isinstance(v, dict)},  # checked when rendered
+                target_probability=None if probability is None else float(probability),
+                details={str(k): str(v) for k, v in details.items()},
             ))
         data["entries"] = parsed
+        data["about"] = dict(data.get("about") or {})
     except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as error:
         raise ValueError(
             f"Could not read {str(file)!r}: not a valid kerascope report.json ({type(error).__name__}: {error})."

@@ -109,8 +109,8 @@ def rebuild_report(
     title: str | None = None,
     tables: Mapping[str, TableData] | None = None,
     redraw: bool = False,
-    cmap: str = "jet",
-    alpha: float = 0.5,
+    cmap: str | None = None,
+    alpha: float = 0.6,
     embed_images: bool = False,
     progress: bool = False,
 ) -> Path:
@@ -128,6 +128,9 @@ def rebuild_report(
         tables: extra ``{heading: table}`` (see :func:`kerascope.report.html.html_table`);
             they replace saved tables with the same heading.
         redraw: redraw every overlay (with ``cmap`` / ``alpha``), not only missing ones.
+        cmap: colormap of redrawn overlays; ``None``: ``RdBu_r`` centred at zero for signed
+            methods, ``magma`` for unsigned ones (:mod:`kerascope.viz.colours`).
+        alpha: opacity of the colours over the (grey) image.
         embed_images: inline the pictures (single-file page).
         progress: show a progress bar while drawing overlays.
 
@@ -138,7 +141,9 @@ def rebuild_report(
     """
     from PIL import Image
 
-    from kerascope.viz.overlay import check_overlay_options, save_overlay
+    from kerascope.report.about import page_facts
+    from kerascope.viz.colours import colour_scale
+    from kerascope.viz.overlay import check_overlay_options, save_scaled_overlay
 
     check_overlay_options(cmap, alpha)
     out = Path(results_dir)
@@ -162,8 +167,10 @@ def rebuild_report(
     except ValueError as error:
         unreadable["report.json"] = str(error)
         saved = {}
-    order = summary.get("methods", ())
-    explanations = load_explanations(out, order=order if isinstance(order, list) else (), unreadable=unreadable)
+    order = summary.get("methods")
+    if not isinstance(order, list):  # the order the methods were given: summary.json, else the saved page
+        order = list(dict.fromkeys(m for e in saved.get("entries", []) for m in e.overlays))
+    explanations = load_explanations(out, order=[str(m) for m in order], unreadable=unreadable)
     if not explanations and not saved.get("entries"):
         listed = f" Unreadable: {unreadable}." if unreadable else ""
         raise ValueError(
@@ -200,6 +207,7 @@ def rebuild_report(
         original = paths[i] if i < len(paths) else None
         name = before.name if before else (Path(original).name if original else image_file.stem.split("_", 1)[-1])
         overlays: dict[str, str] = {}
+        scales: dict[str, dict[str, Any]] = {}
         pixels = None
         for method, explanation in usable.items():
             rel = f"overlays/{safe_name(image_file.stem)}_{file_names[method]}.png"
@@ -208,6 +216,8 @@ def rebuild_report(
             except UnsafePathError as error:
                 unreadable[rel] = str(error)
                 continue
+            attribution = explanation.attributions
+            attribution = attribution[0] if isinstance(attribution, (list, tuple)) else attribution
             if redraw or not target_file.exists():
                 if not rel_image:
                     continue
@@ -215,21 +225,29 @@ def rebuild_report(
                     if pixels is None:
                         with Image.open(inside(root, rel_image)) as picture:
                             pixels = np.asarray(picture.convert("RGB"))
-                    attribution = explanation.attributions
-                    attribution = attribution[0] if isinstance(attribution, (list, tuple)) else attribution
-                    save_overlay(target_file, pixels, attribution[i], cmap=cmap, alpha=alpha)
+                    scales[method] = save_scaled_overlay(target_file, pixels, attribution[i], method=explanation.method,
+                                                         params=explanation.params, cmap=cmap, alpha=alpha).as_dict()
                 except (ValueError, TypeError, IndexError, OSError) as error:
                     unreadable[rel] = f"could not draw the {method} overlay: {type(error).__name__}: {error}"
                     continue
             elif picture_problem(out, rel) is not None:
                 unreadable[rel] = str(picture_problem(out, rel))
                 continue
+            elif before is not None and method in before.scales:  # the overlay kept: so is its colour bar
+                scales[method] = before.scales[method]
+            else:
+                try:
+                    scales[method] = colour_scale(attribution[i], explanation.method, explanation.params).as_dict()
+                except (ValueError, TypeError, IndexError):
+                    pass
             overlays[method] = rel
         if not overlays and before is not None:
             for method, path in before.overlays.items():
                 problem = picture_problem(out, path)
                 if problem is None:
                     overlays[method] = path
+                    if method in before.scales:
+                        scales[method] = before.scales[method]
                 else:
                     unreadable[f"{path} (report.json, {method})"] = problem
         if before is not None:
@@ -242,8 +260,11 @@ def rebuild_report(
             target: str | None = _class_name(int(np.ravel(first.targets)[i]), class_names)
         else:
             target = _relabel(before.target, class_names) if before and before.target is not None else None
-        probability = before.target_probability if before is not None and before.target == target else None
-        entries.append(ReportEntry(name, rel_image, predictions, overlays, target, probability))
+        probability = before.target_probability if before is not None and (
+            before.target is None or target == _relabel(before.target, class_names)) else None
+        entries.append(ReportEntry(name, rel_image, predictions, overlays, target, scales=scales,
+                                   target_probability=probability,
+                                   details=dict(before.details) if before is not None else {}))
     if not inputs and saved.get("entries"):
         warnings.warn(f"{out / 'inputs'} holds no images; the rebuilt report has no pictures.", stacklevel=2)
 
@@ -261,6 +282,10 @@ def rebuild_report(
             unreadable[f"report.json table {heading!r}"] = f"not a table ({type(table).__name__}); skipped"
     merged.update(dict(tables or {}))
     methods = list(usable)
+    about = dict(saved.get("about") or {}) or page_facts(
+        methods={m: {**({"layer": e.layer} if e.layer else {}), **e.params} for m, e in usable.items()})
+    about.pop("kerascope version", None)
+    about["kerascope version"] = page_facts()["kerascope version"]
     return write_report(
         out / "index.html",
         entries,
@@ -270,4 +295,5 @@ def rebuild_report(
         tables=merged,
         embed_images=embed_images,
         unreadable=unreadable,
+        about=about,
     )

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kerascope.numeric.reduce import REDUCTIONS, reduce_channels
 from kerascope.numeric.resize import upsample
+
+if TYPE_CHECKING:
+    from kerascope.viz.colours import ColourScale
 
 
 def heatmap(attribution: np.ndarray, *, reduce: str = "abs_sum", percentile: float = 99.5) -> np.ndarray:
@@ -66,18 +70,21 @@ def _resize(map2d: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return upsample(np.asarray(map2d, np.float32)[None], shape)[0]
 
 
-def check_overlay_options(cmap: str, alpha: float) -> None:
+def check_overlay_options(cmap: str | None, alpha: float) -> None:
     """Raise ``ValueError`` for an unknown matplotlib colormap or an opacity outside [0, 1] (checked before any work).
+
+    ``cmap=None`` means the automatic choice (:mod:`kerascope.viz.colours`).
 
     Example:
         >>> check_overlay_options("viridis", 0.5)
+        >>> check_overlay_options(None, 0.5)
         >>> check_overlay_options("nosuchcmap", 0.5)
         Traceback (most recent call last):
         ValueError: Unknown colormap. Received: cmap='nosuchcmap'. ...
     """
     import matplotlib
 
-    if not isinstance(cmap, str) or cmap not in matplotlib.colormaps:
+    if cmap is not None and (not isinstance(cmap, str) or cmap not in matplotlib.colormaps):
         close = [n for n in sorted(matplotlib.colormaps) if not n.endswith("_r")][:12]
         raise ValueError(
             f"Unknown colormap. Received: cmap={cmap!r}. Expected a matplotlib colormap name, e.g. "
@@ -134,3 +141,37 @@ def save_overlay(
         picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
     picture.save(path)
     return path
+
+
+def save_scaled_overlay(
+    path: str | Path,
+    image: np.ndarray,
+    attribution: np.ndarray,
+    *,
+    method: str = "",
+    params: dict | None = None,
+    cmap: str | None = None,
+    alpha: float = 0.6,
+) -> ColourScale:
+    """Write the overlay of :func:`kerascope.viz.colours.scaled_overlay` as a PNG at the image's size.
+
+    The colour scale follows the method's sign convention (diverging and centred at zero for
+    signed methods, sequential for unsigned ones); it is returned so that the report can draw
+    its colour bar.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> s = save_scaled_overlay(os.path.join(tempfile.mkdtemp(), "o.png"), np.zeros((8, 8, 3)),
+        ...                         np.random.randn(4, 4, 3), method="saliency")
+        >>> s.cmap, s.low == -s.high
+        ('RdBu_r', True)
+    """
+    from PIL import Image
+
+    from kerascope.viz.colours import colour_scale, scaled_overlay
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scale = colour_scale(attribution, method, params, cmap=cmap)
+    Image.fromarray(scaled_overlay(image, attribution, scale, alpha=alpha)).save(path)
+    return scale

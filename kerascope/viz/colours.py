@@ -1,0 +1,208 @@
+"""Colour conventions: which methods are signed, their colour scale, and overlays drawn on that scale.
+
+A *signed* attribution says whether a pixel raises or lowers the explained score (gradients,
+gradient x input, integrated gradients, DeepLIFT, LRP, Shapley values, LIME, occlusion): it is
+drawn on the diverging ``RdBu_r`` map centred at zero with symmetric limits (red raises the
+score, blue lowers it, white does nothing). An *unsigned* map says only how much a region
+matters (CAMs, RISE, ``absolute=True`` saliency, SmoothGrad²): it is drawn on the sequential
+``magma`` map from zero (black) to the largest value (light yellow). The choice comes from the
+method's declared convention (:data:`SIGN_CONVENTIONS`, checked against its parameters), and
+from the data only for a method not listed there (signed when both signs occur).
+
+Limits are the 99.5th percentile of the magnitude, so that a few extreme pixels do not wash
+the picture out; values beyond are shown in the end colour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+DIVERGING = "RdBu_r"
+SEQUENTIAL = "magma"
+
+#: Each registered method's sign convention: ``"signed"`` (both signs are meaningful) or
+#: ``"unsigned"`` (non-negative importance). Parameters can change it (see :func:`sign_convention`).
+SIGN_CONVENTIONS: dict[str, str] = {
+    **dict.fromkeys((
+        "saliency", "gradient_x_input", "guided_backprop", "deconvnet", "guided_gradcam",
+        "integrated_gradients", "expected_gradients", "deeplift", "deeplift_shap", "smoothgrad",
+        "occlusion", "feature_ablation", "shapley_exact", "shapley_sampling", "kernel_shap", "lime",
+        "lrp", "lrp_epsilon", "lrp_gamma", "lrp_alpha_beta", "lrp_z_plus", "lrp_composite",
+    ), "signed"),
+    **dict.fromkeys((
+        "gradcam", "gradcam_plusplus", "xgradcam", "layercam", "hirescam", "scorecam", "ablationcam",
+        "eigencam", "rise", "smoothgrad_squared", "vargrad",
+    ), "unsigned"),
+}
+
+
+def _key(name: str) -> str:
+    return str(name).lower().replace("-", "_")
+
+
+def sign_convention(method: str, params: Mapping[str, Any] | None = None) -> str | None:
+    """``"signed"``, ``"unsigned"`` or ``None`` (not declared: decide from the data) for a method.
+
+    ``absolute=True`` (Saliency and its relatives) makes a signed method unsigned; names
+    starting with ``lrp`` are signed (relevance conserves the score, with both signs).
+
+    Example:
+        >>> sign_convention("integrated_gradients"), sign_convention("gradcam")
+        ('signed', 'unsigned')
+        >>> sign_convention("saliency", {"absolute": True}), sign_convention("my_method")
+        ('unsigned', None)
+    """
+    key = _key(method)
+    declared = SIGN_CONVENTIONS.get(key) or ("signed" if key.startswith("lrp") else None)
+    if declared == "signed" and params and bool(params.get("absolute", False)):
+        return "unsigned"
+    return declared
+
+
+def _data_is_signed(values: np.ndarray, tolerance: float = 1e-3) -> bool:
+    top = float(np.max(np.abs(values))) if values.size else 0.0
+    return bool(top > 0 and values.min() < -tolerance * top and values.max() > 0)
+
+
+def reduce_for_display(attribution: np.ndarray, signed: bool) -> np.ndarray:
+    """One 2-D map from an ``(H, W)`` or ``(H, W, C)`` attribution: channel sum if signed, sum of ``|a|`` if not.
+
+    Example:
+        >>> a = np.stack([np.ones((2, 2)), -3 * np.ones((2, 2))], -1)
+        >>> float(reduce_for_display(a, True)[0, 0]), float(reduce_for_display(a, False)[0, 0])
+        (-2.0, 4.0)
+    """
+    a = np.asarray(attribution, np.float64)
+    if a.ndim == 3:
+        return a.sum(-1) if signed else np.abs(a).sum(-1)
+    if a.ndim != 2:
+        raise ValueError(f"Expected an image attribution of shape (H, W) or (H, W, C). Received: shape={a.shape}.")
+    return a if signed else np.abs(a)
+
+
+@dataclass(frozen=True)
+class ColourScale:
+    """How a map is coloured: colormap, signed or not, limits, and the colours of its bar.
+
+    ``stops`` are ``#rrggbb`` colours sampled evenly from ``low`` to ``high`` (for an HTML colour
+    bar drawn without pictures); ``legend`` says in one line what the colours mean.
+
+    Example:
+        >>> s = colour_scale(np.array([[-1.0, 2.0]]), "saliency", percentile=100)
+        >>> s.cmap, s.signed, s.low, s.high
+        ('RdBu_r', True, -2.0, 2.0)
+    """
+
+    cmap: str
+    signed: bool
+    low: float
+    high: float
+    stops: tuple[str, ...]
+    legend: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (saved in ``report.json``).
+
+        Example:
+            >>> sorted(colour_scale(np.ones((2, 2)), "gradcam").as_dict())
+            ['cmap', 'high', 'legend', 'low', 'signed', 'stops']
+        """
+        data = asdict(self)
+        data["stops"] = list(self.stops)
+        return data
+
+    def normalise(self, values: np.ndarray) -> np.ndarray:
+        """Values mapped to [0, 1] along the bar (clipped); zero is 0.5 on a signed scale.
+
+        Example:
+            >>> colour_scale(np.array([[-1.0, 1.0]]), "saliency").normalise(np.array([-1.0, 0.0, 3.0])).tolist()
+            [0.0, 0.5, 1.0]
+        """
+        span = self.high - self.low
+        return np.clip((np.asarray(values, np.float64) - self.low) / span, 0.0, 1.0)
+
+
+def legend_text(signed: bool, target: str | None = None, custom_cmap: bool = False) -> str:
+    """One line saying what the colours mean (``target`` names the explained class).
+
+    Example:
+        >>> legend_text(True, "cat")
+        "red raises the score of 'cat', blue lowers it, white: no effect"
+    """
+    what = f"the score of {target!r}" if target is not None else "the score"
+    if signed:
+        if custom_cmap:
+            return f"right end raises {what}, left end lowers it, middle: no effect"
+        return f"red raises {what}, blue lowers it, white: no effect"
+    if custom_cmap:
+        return f"right end: most important for {what}, left end: not at all"
+    return f"brighter: more important for {what}, black: not at all"
+
+
+def colour_scale(
+    attribution: np.ndarray,
+    method: str = "",
+    params: Mapping[str, Any] | None = None,
+    *,
+    cmap: str | None = None,
+    percentile: float = 99.5,
+    stops: int = 11,
+) -> ColourScale:
+    """The colour scale of one image attribution (see the module docstring for the conventions).
+
+    Args:
+        attribution: ``(H, W)`` or ``(H, W, C)`` raw values.
+        method: the method's registry name (its sign convention decides signed or unsigned).
+        params: the method's parameters (``absolute=True`` makes saliency unsigned).
+        cmap: a matplotlib colormap instead of ``RdBu_r`` / ``magma``.
+        percentile: the limit is this percentile of the magnitude.
+        stops: how many colours of the bar to sample.
+
+    Example:
+        >>> s = colour_scale(np.array([[0.0, 1.0], [2.0, 4.0]]), "gradcam", percentile=100)
+        >>> s.cmap, s.low, s.high, s.stops[0], s.legend.split(":")[0]
+        ('magma', 0.0, 4.0, '#000004', 'brighter')
+    """
+    import matplotlib
+
+    raw = np.asarray(attribution, np.float64)
+    convention = sign_convention(method, params)
+    signed = convention == "signed" if convention is not None else _data_is_signed(raw)
+    values = reduce_for_display(raw, signed)
+    magnitude = np.abs(values[np.isfinite(values)])
+    top = float(np.percentile(magnitude, percentile)) if magnitude.size else 0.0
+    if not top > 0:
+        top = float(magnitude.max()) if magnitude.size and magnitude.max() > 0 else 1.0
+    name = cmap or (DIVERGING if signed else SEQUENTIAL)
+    colormap = matplotlib.colormaps[name]
+    sampled = tuple(matplotlib.colors.to_hex(colormap(float(t))) for t in np.linspace(0.0, 1.0, stops))
+    return ColourScale(name, signed, -top if signed else 0.0, top, sampled, legend_text(signed, None, cmap is not None))
+
+
+def scaled_overlay(image: np.ndarray, attribution: np.ndarray, scale: ColourScale, *, alpha: float = 0.6) -> np.ndarray:
+    """The attribution on ``scale`` blended over a grey copy of ``image`` (RGB uint8, the image's size).
+
+    The map is resized bilinearly to the image (which may be larger than the model input);
+    the image is shown in grey so that the only colours are the map's, as on the colour bar.
+
+    Example:
+        >>> s = colour_scale(np.array([[-1.0, 1.0]]), "saliency")
+        >>> o = scaled_overlay(np.zeros((2, 4, 3)), np.array([[-1.0, 1.0]]), s, alpha=1.0)
+        >>> o.shape, o[0, 0].tolist(), o[0, -1].tolist()
+        ((2, 4, 3), [5, 48, 97], [103, 0, 31])
+    """
+    import matplotlib
+
+    from kerascope.viz.overlay import _resize, to_display
+
+    base = to_display(image)
+    grey = base @ np.array([0.299, 0.587, 0.114])
+    values = reduce_for_display(attribution, scale.signed).astype(np.float32)
+    values = _resize(values, grey.shape[:2])
+    colours = matplotlib.colormaps[scale.cmap](scale.normalise(values))[..., :3]
+    blended = (1 - alpha) * grey[..., None] + alpha * colours
+    return np.round(np.clip(blended, 0, 1) * 255).astype(np.uint8)

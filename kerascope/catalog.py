@@ -62,6 +62,8 @@ METHODS: tuple[Entry, ...] = (
           "Activations weighted element-wise by positive gradients (Jiang et al. 2021)."),
     Entry("lime", "LIME", "kerascope.methods.coalitions",
           "Weighted ridge surrogate over random coalitions of mask features (Ribeiro et al. 2016)."),
+    Entry("lrp", "LRP", "kerascope.methods.lrp",
+          "Layer-wise Relevance Propagation with zennit's rules and composites (Bach et al. 2015)."),
     Entry("occlusion", "Occlusion", "kerascope.methods.perturbation",
           "Score drop when sliding windows are replaced by a baseline (Zeiler & Fergus 2014)."),
     Entry("rise", "RISE", "kerascope.methods.perturbation",

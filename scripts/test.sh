@@ -14,6 +14,9 @@ step() { printf '\n== %s\n' "$*"; }
 step "install kerascope and test dependencies"
 # torch==2.13.0 resolves to a CPU build on these machines; a bare `torch` would pull a multi-GB CUDA build.
 "$PY" -m pip install -q -e ".[tensorflow,test,ray]" "torch==2.13.0" "captum" "jax[cpu]"
+# zennit (LRP reference, tests/test_lrp_zennit.py): --no-deps keeps torch 2.13; its torchvision helpers are
+# never imported by the test (torchvision does not load beside torch 2.13). ~2 s.
+"$PY" -m pip install -q --no-deps "zennit==0.5.1"
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then
@@ -43,7 +46,7 @@ for backend in jax torch; do
   KERAS_BACKEND=$backend "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
     tests/test_plots.py tests/test_evaluation.py tests/test_batch_local.py tests/test_report_browser.py tests/test_architecture.py \
-    tests/test_cam_models.py \
+    tests/test_cam_models.py tests/test_lrp.py \
     tests/test_feature_masks.py tests/test_feature_masks_peers.py \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

@@ -395,6 +395,8 @@ class Engine:
         with contextlib.ExitStack() as stack:
             if rule == "deeplift":
                 stack.enter_context(deeplift_rules(self.model, _backend.get()))
+            elif rule is not None and not isinstance(rule, str):  # a rules object (e.g. LRP)
+                stack.enter_context(rule.install(self.model, _backend.get()))
             elif rule is not None:
                 backend = _backend.get()
                 stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
@@ -476,7 +478,9 @@ class Engine:
             wrt_inputs: also return gradients w.r.t. the inputs.
             weights: variables to differentiate w.r.t. (gradient of the summed score).
             rule: ``None``, ``"guided"``, ``"deconvnet"`` or ``"deeplift"`` backward rule for
-                ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references).
+                ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references), or
+                an object whose ``install(model, backend)`` context manager patches the model for
+                the trace (``core.lrp_rules.LRPBackward``; compiled once per object).
             replace: arrays (batch first) that REPLACE the outputs of the first ``len(replace)``
                 ``layers`` during the forward pass (every call of the layer); activations and
                 gradients are then those at the given values (layer attribution: IG or SmoothGrad
@@ -492,8 +496,11 @@ class Engine:
             >>> Engine(m).gradients(np.ones((1, 2)), targets=0).input_grads[0].tolist()
             [[2.0, 3.0]]
         """
-        if rule not in RULES:
-            raise ValueError(f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES}.")
+        if rule not in RULES and not callable(getattr(rule, "install", None)):
+            raise ValueError(
+                f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES} or an object with "
+                "an `install(model, backend)` context manager (e.g. `core.lrp_rules.LRPBackward`)."
+            )
         if rule in ("guided", "deconvnet"):
             self._check_relus(rule)
         check_batch_size(batch_size)

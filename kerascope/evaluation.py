@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -187,6 +188,109 @@ def _input_size(model: keras.Layer) -> tuple[int, int]:
     return 64, 64
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without terminal colour codes and with one-line whitespace (for table cells).
+
+    Example:
+        >>> plain_text("\\x1b[1mValueError\\x1b[0m: bad\\n  shape")
+        'ValueError: bad shape'
+    """
+    return " ".join(_ANSI.sub("", text).split())
+
+
+def _describe_array(name: str, array: Any) -> str:
+    return f"{name} {tuple(array.shape)} {array.dtype}"
+
+
+def check_data(
+    model: keras.Layer,
+    images: Any,
+    masks: Any,
+    labels: Any = None,
+    *,
+    source: str = "DATA",
+) -> None:
+    """Raise one ``ValueError`` listing every way ``model`` and the benchmark data do not fit.
+
+    Checked before any work: the data's shapes and dtypes (images ``(N, H, W, C)`` numeric,
+    masks ``(N, H, W)``, labels ``(N,)`` integers), the images against the model's input
+    (size where it is fixed, channels), the labels against the model's number of classes,
+    and for the generated shapes data (``source="generated"``) that the model has one output
+    per shape class.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(7)])
+        >>> check_data(m, np.zeros((2, 8, 8, 3)), np.zeros((2, 8, 8), bool), np.array([0, 9]))
+        Traceback (most recent call last):
+        ...
+        ValueError: The model does not fit the data in DATA: images have 3 channel(s) but the model takes 1; labels go up to 9 but the model has 7 classes (0..6). Received: model input (None, 8, 8, 1), output (None, 7); images (2, 8, 8, 3) float64, masks (2, 8, 8) bool, labels (2,) int64. ...
+    """
+    images, masks = np.asarray(images), np.asarray(masks)
+    labels = None if labels is None else np.asarray(labels)
+    problems: list[str] = []
+    if images.ndim != 4:
+        problems.append(f"images must be (N, H, W, C), found {images.ndim} dimension(s)")
+    if images.dtype == bool or not np.issubdtype(images.dtype, np.number):
+        problems.append(f"images must be numbers, found dtype {images.dtype}")
+    if masks.ndim != 3 or (images.ndim == 4 and tuple(masks.shape) != tuple(images.shape[:3])):
+        problems.append(f"masks must be (N, H, W) matching the images {tuple(images.shape[:3])}, found "
+                        f"{tuple(masks.shape)}")
+    if labels is not None:
+        if labels.ndim != 1 or len(labels) != len(images):
+            problems.append(f"labels must be ({len(images)},), one class per image, found {tuple(labels.shape)}")
+        elif labels.size and not np.issubdtype(labels.dtype, np.integer):
+            problems.append(f"labels must be integer class indices, found dtype {labels.dtype}")
+    try:
+        inputs = list(model.inputs)
+        model_in = tuple(inputs[0].shape)
+    except Exception:  # noqa: BLE001 - a subclassed model without known inputs: nothing to compare
+        inputs, model_in = [None], None
+    try:
+        model_out = tuple(model.outputs[0].shape) if len(model.outputs) == 1 else None
+    except Exception:  # noqa: BLE001
+        model_out = None
+    if len(inputs) > 1:
+        problems.append(f"the benchmark takes single-input image models, this one has {len(inputs)} inputs")
+    elif model_in is not None and images.ndim == 4:
+        if len(model_in) != 4:
+            problems.append(f"the model's input is not an image batch (N, H, W, C): {model_in}")
+        else:
+            if model_in[3] is not None and images.shape[3] != model_in[3]:
+                problems.append(f"images have {images.shape[3]} channel(s) but the model takes {model_in[3]}")
+            fixed = [(d, v) for d, v in zip(model_in[1:3], images.shape[1:3]) if d is not None]
+            if any(d != v for d, v in fixed):
+                problems.append(f"images are {images.shape[1]}x{images.shape[2]} but the model takes "
+                                f"{model_in[1]}x{model_in[2]}")
+    classes = int(model_out[-1]) if model_out is not None and len(model_out) == 2 and model_out[-1] else None
+    if classes is not None and labels is not None and labels.size and np.issubdtype(labels.dtype, np.integer):
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= classes:
+            problems.append(f"labels go up to {high} but the model has {classes} classes (0..{classes - 1})"
+                            if high >= classes else f"labels must be >= 0, found {low}")
+    if source == "generated" and classes is not None:
+        from kerascope.data import CLASS_NAMES
+
+        if classes != len(CLASS_NAMES):
+            problems.append(f"the generated shapes data has {len(CLASS_NAMES)} classes ({', '.join(CLASS_NAMES)}) "
+                            f"but the model has {classes}")
+    if not problems:
+        return
+    where = "the generated shapes data" if source == "generated" else f"the data in {source}"
+    parts = [_describe_array("images", images), _describe_array("masks", masks)]
+    if labels is not None:
+        parts.append(_describe_array("labels", labels))
+    raise ValueError(
+        f"The model does not fit {where}: {'; '.join(problems)}. Received: model input {model_in}, output "
+        f"{model_out}; {', '.join(parts)}. Evaluate a model on data made for it: build an .npz from your own "
+        "images and masks with `kerascope evaluate-data IMAGES_DIR MASKS_DIR --model MODEL_FILE --out data.npz` "
+        "(docs/evaluation.md)."
+    )
+
+
 def bundled_data(n: int = 32, seed: int = 2024, size: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Images, labels and object masks for the bundled benchmark (generated, nothing downloaded).
 
@@ -324,10 +428,10 @@ def benchmark(
                 row.sanity = sanity
                 row.sanity_spearman, row.sanity_ssim = sanity.final_spearman, sanity.final_ssim
         except UnsupportedModelError as error:
-            row.error = f"not applicable: {error}"[:300]
+            row.error = plain_text(f"not applicable: {error}")[:300]
             row.applicable = False
         except Exception as error:  # noqa: BLE001 - one failing method must not stop the benchmark
-            row.error = f"{type(error).__name__}: {error}"[:300]
+            row.error = plain_text(f"{type(error).__name__}: {error}")[:300]
     config = {
         "model": getattr(model, "name", "model"),
         "images": int(len(images)),

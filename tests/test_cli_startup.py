@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("keras", "tensorflow", "jax", "torch")
 # what a progress bar line looks like once \r-separated: "gradcam (1/2):  50%|#####     | 1.5/3 [00:05<00:05, ...]"
 NO_MODEL = [["--help"], ["--version"], ["methods"], ["methods", "--json"], ["explain", "--help"],
-            ["report", "--help"], ["batch", "--help"], ["evaluate", "--help"]]
+            ["report", "--help"], ["batch", "--help"], ["evaluate", "--help"], ["evaluate-data", "--help"]]
 PROGRESS = re.compile(r"^[\w .()/:-]*:\s+\d+%\|.*\|\s*[\d.]+/\d+ \[")
 
 
@@ -113,7 +113,7 @@ def test_every_subcommand_spells_shared_options_one_way():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     for module in COMMANDS:
-        name = module.__name__.rsplit(".", 1)[-1]
+        name = module.__name__.rsplit(".", 1)[-1].replace("_", "-")
         command = sub.choices[name]
         assert "example" in (command.epilog or ""), f"`kerascope {name} --help` shows no example line"
         options = {o: a for a in command._actions for o in a.option_strings}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "evaluate", help="benchmark methods: pointing game, deletion/insertion AUC, sanity checks",
         description="Score explanation methods on images with ground-truth masks: pointing game, "
         "deletion/insertion AUC and cascading-randomisation sanity checks. DATA is an .npz with arrays "
-        "images (N, H, W, C) float, masks (N, H, W) bool and optionally labels (N,) int; without DATA, "
-        "generated shape images are used (see docs/evaluation.md).",
+        "images (N, H, W, C) float, preprocessed for the model, masks (N, H, W) bool and optionally labels (N,) int; "
+        "build it from a folder of images and one of masks with `kerascope evaluate-data`. Without DATA, "
+        "generated shape images are used (see docs/evaluation.md). The model and the data are checked against "
+        "each other (input size, channels, dtype, classes) before any work.",
         **examples("kerascope evaluate", "kerascope evaluate model.keras data.npz --methods gradcam,saliency "
                    "--out eval/"),
     )
@@ -62,8 +65,8 @@ def _load_data(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if missing:
             raise ValueError(f"The data file lacks {missing}. Received: arrays {data.files} in {path!r}. "
                              "Expected images (N, H, W, C), masks (N, H, W) and optionally labels (N,).")
-        labels = data["labels"].astype(np.int64) if "labels" in data.files else None
-        return data["images"].astype(np.float32), data["masks"].astype(bool), labels
+        labels = data["labels"] if "labels" in data.files else None
+        return data["images"], data["masks"], labels  # as stored: checked against the model before any cast
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,17 +77,32 @@ def run(args: argparse.Namespace) -> int:
         >>> main(["evaluate", "--methods", "gradcam", "--n", "4", "--out", "/tmp/ks-eval"])  # doctest: +SKIP
         0
     """
-    from kerascope.evaluation import benchmark, plot_curves, plot_sanity, plot_sanity_curves
+    from kerascope.evaluation import (
+        _input_size,
+        benchmark,
+        bundled_data,
+        check_data,
+        plot_curves,
+        plot_sanity,
+        plot_sanity_curves,
+    )
+    from kerascope.io.models import load_model
     from kerascope.report.html import write_report
 
-    model = None
-    if args.model:
-        from kerascope.io.models import load_model
-
-        model = load_model(args.model, safe_mode=not args.unsafe)
-    images = masks = labels = None
     if args.data:
-        images, masks, labels = _load_data(args.data)
+        images, masks, labels = _load_data(args.data)  # a missing or malformed file fails before the model loads
+    if args.model:
+        model = load_model(args.model, safe_mode=not args.unsafe)
+    else:
+        from kerascope.data import demo_model_path
+
+        model = load_model(demo_model_path())
+    if not args.data:
+        images, labels, masks = bundled_data(args.n, args.seed, _input_size(model)[0])
+    # the model and the data must fit before any work: one message naming both, exit 2
+    check_data(model, images, masks, labels, source=args.data or "generated")
+    images, masks = np.asarray(images, np.float32), np.asarray(masks, bool)
+    labels = None if labels is None else np.asarray(labels, np.int64)
     chatty = not (args.quiet or args.json)
     start = time.perf_counter()
     result = benchmark(
@@ -105,16 +123,12 @@ def run(args: argparse.Namespace) -> int:
     )
     settings = ", ".join(f"{k}={v}" for k, v in result.config.items())
     (out / "benchmark.md").write_text(f"{markdown}\n\n_{settings}; regenerate with `{command}`_\n", encoding="utf-8")
-    pictures = {"curves": plot_curves(result, out / "curves.png").name}
-    if args.sanity_images > 0:
-        first = (images if images is not None else None)
-        if first is None:
-            from kerascope.evaluation import _input_size, bundled_data
-
-            size = _input_size(model)[0] if model is not None else 64
-            first = bundled_data(1, args.seed, size)[0]
-        pictures["sanity cascade"] = plot_sanity(result, first[0], out / "sanity.png").name
-        pictures["sanity curves"] = plot_sanity_curves(result, out / "sanity_curves.png").name
+    with warnings.catch_warnings():  # a plot without curves (every method failed) has an empty legend
+        warnings.filterwarnings("ignore", message="No artists with labels found to put in legend")
+        pictures = {"curves": plot_curves(result, out / "curves.png").name}
+        if args.sanity_images > 0:
+            pictures["sanity cascade"] = plot_sanity(result, images[0], out / "sanity.png").name
+            pictures["sanity curves"] = plot_sanity_curves(result, out / "sanity_curves.png").name
     figures = "".join(
         f"<figure style='margin:8px 0'><img style='width:auto;height:auto;max-width:100%' src='{src}' "
         f"alt='{name}'><figcaption>{name}</figcaption></figure>"

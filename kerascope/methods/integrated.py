@@ -19,13 +19,31 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer
-from kerascope.methods._folding import forward_scores, reduce_rows, row_targets
+from kerascope.methods._convergence import (
+    NESTED_RULES,
+    PairMoments,
+    check_tolerance,
+    estimate,
+    grid_points,
+    level_nodes,
+    next_pairs,
+    pair_moments,
+    pair_rows,
+    relative_change,
+    warn_not_converged,
+)
+from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
 from kerascope.methods.gradients import LayerMethod
 from kerascope.methods.registry import register
 from kerascope.numeric.blur import gaussian_blur
 from kerascope.numeric.chunking import chunk_ranges
 
-QUADRATURES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
+QUADRATURES = (
+    "gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "open_trapezoid",
+)
+
+
+_FIRST_LEVEL = 3  # tolerance=: the first batch is the grid of 2**3 intervals (7 open / 9 closed points)
 
 
 def quadrature(steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, np.ndarray]:
@@ -38,6 +56,9 @@ def quadrature(steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, n
     weights ``1/n`` halved at both ends (sum ``(n-1)/n``), so Captum's result is
     ``(n-1)/n`` times kerascope's. ``gausslegendre``: Gauss-Legendre nodes
     mapped to ``[0, 1]`` (exact for polynomial integrands of degree ``<= 2n-1``).
+    ``open_trapezoid``: ``alpha = k/(n+1)``, ``k = 1..n``, weights ``1/(n+1)``, ``3/2`` of that
+    at both ends (second order, never evaluates the end points; nested when ``n + 1``
+    doubles, which ``tolerance=`` uses).
 
     Example:
         >>> a, w = quadrature(4, "riemann_trapezoid")
@@ -63,6 +84,12 @@ def quadrature(steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, n
         weights = np.full(n, 1.0 / (n - 1))
         weights[[0, -1]] /= 2
         return k / (n - 1), weights
+    if method == "open_trapezoid":
+        if n == 1:
+            return np.array([0.5]), np.array([1.0])
+        weights = np.full(n, 1.0 / (n + 1))
+        weights[[0, -1]] *= 1.5
+        return (k + 1) / (n + 1), weights
     raise ValueError(f"Unknown quadrature. Received: method={method!r}. Expected one of {QUADRATURES}.")
 
 
@@ -132,10 +159,24 @@ class PathMethod(LayerMethod):
         returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows. The target
         score of every row is written to ``row_scores`` (``(n, count)``) when given. ``values``:
         the layer's activations (layer attribution; then one baseline, at the layer)."""
-        n = inputs.num_samples
         ends = inputs.arrays if values is None else [values]
         totals = [np.zeros(a.shape, np.float64) for a in ends]
-        for rows in chunk_ranges(n * count, self.batch_size):
+        chunks = self._path_chunks(inputs, targets, resolved, inputs.num_samples * count, path_rows, values)
+        for rows, owners, weights, products, scores in chunks:
+            for total, product in zip(totals, products, strict=True):
+                reduce_rows(total, owners, weights, product)
+            if row_scores is not None:
+                row_scores.reshape(-1)[rows] = scores
+        return [t.astype(np.float32) for t in totals]
+
+    def _path_chunks(
+        self, inputs: Inputs, targets: Any, resolved: np.ndarray, total_rows: int, path_rows: Callable,
+        values: np.ndarray | None = None, chunk: int | None = None,
+    ) -> Any:
+        """Yield ``(rows, owners, weights, (x - b) * gradient per input, target scores)`` per chunk
+        of ``chunk`` rows (default ``batch_size``)."""
+        ends = inputs.arrays if values is None else [values]
+        for rows in chunk_ranges(total_rows, chunk or self.batch_size):
             owners, weights, baselines, alphas = path_rows(rows)
             points, deltas = [], []
             for array, base in zip(ends, baselines, strict=True):
@@ -156,11 +197,7 @@ class PathMethod(LayerMethod):
                     layers=[self._layer], wrt_inputs=False, replace=points, batch_size=self.batch_size,
                 )
                 grads = result.layer_grads
-            for total, grad, delta in zip(totals, grads, deltas, strict=True):
-                reduce_rows(total, owners, weights, grad * delta)
-            if row_scores is not None:
-                row_scores.reshape(-1)[rows] = result.scores
-        return [t.astype(np.float32) for t in totals]
+            yield rows, owners, weights, [g * d for g, d in zip(grads, deltas, strict=True)], result.scores
 
 
 @register
@@ -190,6 +227,17 @@ class IntegratedGradients(PathMethod):
             :meth:`~kerascope.core.explanation.Explanation.per_position` for
             per-token maps.
 
+        tolerance: choose the number of path points per sample: the path is
+            evaluated on nested dyadic grids (``method`` ``"open_trapezoid"``, the
+            default then, or ``"riemann_trapezoid"``), doubling the points and
+            reusing every pass already run, until the relative completeness
+            error ``|sum(attr) - (f(x) - f(b))| / |f(x) - f(b)|`` and the relative
+            L2 change of the map from the previous grid are both ``<= tolerance``
+            (first check at 7 / 9 points). ``extras["steps"]`` records the points
+            used per sample, ``extras["estimated_error"]`` the larger of the two.
+        max_steps: the most path points with ``tolerance=`` (a ``RuntimeWarning``
+            names the samples that did not converge within it).
+
     ``Explanation.extras`` holds ``completeness_error`` (per sample,
     ``sum(attributions) - (f(x) - f(baseline))``, summed over all model
     inputs) and ``baseline_scores``. Cost: ``steps`` forward+backward passes
@@ -217,17 +265,36 @@ class IntegratedGradients(PathMethod):
         model: keras.Layer,
         *,
         steps: int = 50,
-        method: str = "gausslegendre",
+        method: str | None = None,
         baseline: Any = None,
         blur_sigma: float = 4.0,
+        tolerance: float | None = None,
+        max_steps: int = 1023,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
+        check_tolerance(tolerance, max_steps, "max_steps")
+        if method is None:
+            method = "gausslegendre" if tolerance is None else "open_trapezoid"
         quadrature(steps, method)  # validate early
+        if tolerance is not None and method not in NESTED_RULES:
+            raise ValueError(
+                "`tolerance=` doubles the path points on nested grids, which this quadrature does not "
+                f"have. Received: method={method!r}, tolerance={tolerance!r}. Use method=None (the "
+                f"default, 'open_trapezoid') or one of {NESTED_RULES}."
+            )
+        if tolerance is not None and max_steps < grid_points(_FIRST_LEVEL, method == "riemann_trapezoid"):
+            raise ValueError(
+                f"With tolerance=, `max_steps` must allow the first grid of "
+                f"{grid_points(_FIRST_LEVEL, method == 'riemann_trapezoid')} path points. "
+                f"Received: max_steps={max_steps}."
+            )
         self.steps = steps
         self.method = method
         self.baseline = baseline
         self.blur_sigma = blur_sigma
+        self.tolerance = None if tolerance is None else float(tolerance)
+        self.max_steps = max_steps
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         if self._layer is not None:
@@ -239,14 +306,29 @@ class IntegratedGradients(PathMethod):
             values = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
         return self._run(inputs, targets, values)
 
+    def _baselines(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
+        if values is None:
+            return resolve_baselines(self.baseline, inputs, self.blur_sigma)
+        return [_layer.baseline_values(self.baseline, self.engine, inputs, self._layer, values, self.batch_size)]
+
+    def _end_scores(
+        self, inputs: Inputs, targets: Any, values: np.ndarray | None, at_baseline: list[np.ndarray] | None = None,
+        resolved: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """f at the inputs (``at_baseline=None``) or at the baselines, and the resolved targets."""
+        if at_baseline is not None:
+            targets = targets if callable(targets) else resolved
+        if values is None:
+            arg = inputs if at_baseline is None else Inputs(inputs.model_arg(at_baseline))
+            return forward_scores(self.engine, arg, targets, self.batch_size)
+        return self._layer_scores(inputs, targets, values if at_baseline is None else at_baseline[0])
+
     def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
         """IG at the inputs (``values=None``) or at the layer, ending at its activation ``values``."""
+        if self.tolerance is not None:
+            return self._run_to_tolerance(inputs, targets, values)
         alphas, weights = quadrature(self.steps, self.method)
-        if values is None:
-            baselines = resolve_baselines(self.baseline, inputs, self.blur_sigma)
-        else:
-            baselines = [_layer.baseline_values(
-                self.baseline, self.engine, inputs, self._layer, values, self.batch_size)]
+        baselines = self._baselines(inputs, values)
         n = inputs.num_samples
         # Path points at alpha = 1 (the input) and alpha = 0 (the baseline) already give f(x) and
         # f(baseline) in the gradient pass: no forward pass is spent on them (riemann_trapezoid has
@@ -254,10 +336,7 @@ class IntegratedGradients(PathMethod):
         at_input = np.flatnonzero(alphas == 1.0)
         at_baseline = np.flatnonzero(alphas == 0.0)
         if targets is None or not len(at_input):
-            if values is None:
-                scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-            else:
-                scores, resolved = self._layer_scores(inputs, targets, values)
+            scores, resolved = self._end_scores(inputs, targets, values)
         else:
             scores, resolved = None, targets_lib.encode(targets, n)[0].astype(np.int64)
         row_scores = np.zeros((n, self.steps), np.float32)
@@ -272,13 +351,7 @@ class IntegratedGradients(PathMethod):
         if len(at_baseline):
             base_scores = row_scores[:, at_baseline[0]]
         else:
-            base_targets = targets if callable(targets) else resolved
-            if values is None:
-                base_scores, _ = forward_scores(
-                    self.engine, Inputs(inputs.model_arg(baselines)), base_targets, self.batch_size
-                )
-            else:
-                base_scores, _ = self._layer_scores(inputs, base_targets, baselines[0])
+            base_scores, _ = self._end_scores(inputs, targets, values, baselines, resolved)
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         if values is not None:
@@ -288,6 +361,117 @@ class IntegratedGradients(PathMethod):
         return self._result(
             inputs, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
         )
+
+    def _run_to_tolerance(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
+        """Double the path points on nested dyadic grids until every sample meets ``tolerance``.
+
+        Per sample, after each level ``k >= 2``: the relative completeness error
+        ``|sum(attr) - (f(x) - f(b))| / |f(x) - f(b)|`` and the relative L2 change of the map
+        from level ``k - 1`` must both be ``<= tolerance``; converged samples get no more rows.
+        """
+        closed = self.method == "riemann_trapezoid"
+        baselines = self._baselines(inputs, values)
+        ends = inputs.arrays if values is None else [values]
+        n = inputs.num_samples
+        if closed and targets is not None:  # f(x) and f(b) come from the alpha = 1 and 0 rows
+            scores = np.zeros(n)
+            resolved = targets_lib.encode(targets, n)[0].astype(np.int64)
+        else:
+            scores, resolved = self._end_scores(inputs, targets, values)
+            scores = scores.astype(np.float64)
+        if closed:  # f(b) from the alpha = 0 rows
+            base_scores = np.zeros(n)
+        else:
+            base_scores = self._end_scores(inputs, targets, values, baselines, resolved)[0].astype(np.float64)
+        zeros = [np.zeros(a.shape, np.float64) for a in ends]
+        interior, boundary = [z.copy() for z in zeros], [z.copy() for z in zeros]  # boundary: alpha 0 and 1
+        current: list[np.ndarray] = [z.copy() for z in zeros]
+        steps_used = np.zeros(n, np.int64)
+        comp_error, change = np.full(n, np.inf), np.full(n, np.inf)
+        active = np.arange(n)
+        top = max(k for k in range(_FIRST_LEVEL, 31) if grid_points(k, closed) <= self.max_steps)
+        batch_levels = list(range(0 if closed else 1, _FIRST_LEVEL + 1))
+        while len(active):
+            nodes = [level_nodes(k, closed) for k in batch_levels]
+            alphas = np.concatenate([a for a, _ in nodes])
+            level_of = np.concatenate([np.full(len(a), k) for k, (a, _) in zip(batch_levels, nodes, strict=True)])
+            near_end = np.concatenate([near for _, near in nodes])
+            per = len(alphas)
+            level_sums = {k: [z[active].copy() for z in zeros] for k in batch_levels}
+            near_sums = {k: [z[active].copy() for z in zeros] for k in batch_levels}
+            slot = np.full(n, -1)
+            slot[active] = np.arange(len(active))
+
+            def path_rows(rows: np.ndarray, active: np.ndarray = active, per: int = per,
+                          alphas: np.ndarray = alphas) -> Any:
+                owners = active[rows // per]
+                return owners, None, [b[owners] for b in baselines], alphas[rows % per]
+
+            for rows, owners, _, products, row_scores in self._path_chunks(
+                inputs, targets, resolved, len(active) * per, path_rows, values
+            ):
+                node = rows % per
+                where = slot[owners]
+                ones = np.ones(len(rows))
+                for k in batch_levels:
+                    at = level_of[node] == k
+                    if not at.any():
+                        continue
+                    if k == 0:  # alpha 0 and 1: the boundary sum, and f(b), f(x) when closed
+                        for total, product in zip(boundary, products, strict=True):
+                            reduce_rows(total, owners[at], ones[at], product[at])
+                        is_one, is_zero = at & (alphas[node] == 1.0), at & (alphas[node] == 0.0)
+                        if targets is not None:
+                            scores[owners[is_one]] = row_scores[is_one]
+                        base_scores[owners[is_zero]] = row_scores[is_zero]
+                        continue
+                    near = at & near_end[node]
+                    for total, product in zip(level_sums[k], products, strict=True):
+                        reduce_rows(total, where[at], ones[at], product[at])
+                    for total, product in zip(near_sums[k], products, strict=True):
+                        if near.any():
+                            reduce_rows(total, where[near], ones[near], product[near])
+            delta = scores - base_scores
+            for k in batch_levels:
+                if k == 0:
+                    continue
+                previous = [c[active].copy() for c in current]
+                for i, total in enumerate(interior):
+                    total[active] += level_sums[k][i]
+                    current[i][active] = estimate(
+                        k, closed, total[active], near_sums[k][i], boundary[i][active] if closed else None
+                    )
+                steps_used[active] = grid_points(k, closed)
+                if k < 2:
+                    continue
+                now = [c[active] for c in current]
+                change[active] = relative_change(now, previous)
+                total = sum(c.reshape(len(c), -1).sum(axis=1) for c in now)
+                gap = np.abs(delta[active])
+                comp_error[active] = np.abs(total - delta[active]) / np.where(gap > 0, gap, 1.0)
+                comp_error[active[(gap == 0) & (total == 0)]] = 0.0
+            done = (comp_error[active] <= self.tolerance) & (change[active] <= self.tolerance)
+            active = active[~done]
+            level = batch_levels[-1] + 1
+            if level > top:
+                break
+            batch_levels = [level]
+        if len(active):
+            warn_not_converged(
+                type(self).__name__, self.tolerance, "max_steps", self.max_steps,
+                np.maximum(comp_error, change), "completeness error / map change",
+            )
+        attributions = [c.astype(np.float32) for c in current]
+        total = sum(a.reshape(n, -1).astype(np.float64).sum(axis=1) for a in attributions)
+        extras = {
+            "completeness_error": (total - delta).astype(np.float32),
+            "baseline_scores": base_scores.astype(np.float32),
+            "steps": steps_used,
+            "estimated_error": np.maximum(comp_error, change).astype(np.float32),
+        }
+        if values is not None:
+            return self._layer_result(inputs, attributions[0], scores.astype(np.float32), resolved, **extras)
+        return self._result(inputs, attributions, scores.astype(np.float32), resolved, **extras)
 
     def _layer_scores(self, inputs: Inputs, targets: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scores with the layer's output replaced by ``values`` (and the resolved targets)."""
@@ -331,13 +515,20 @@ class ExpectedGradients(PathMethod):
     the same estimator.
 
     Args:
-        samples: draws (baseline, alpha) per input.
+        samples: draws (baseline, alpha) per input (default 50; with ``tolerance=``, the first round, default 32).
         baseline: background array ``(M, ...)`` (for multi-input models a
             list / dict of them, with the same ``M``); default: one all-zeros
             baseline. With ``layer=``: activations ``(M, *layer_shape)`` or
             model inputs ``(M, ...)`` (e.g. token ids) whose activations are used.
         layer: attribute at this layer's output (see :class:`IntegratedGradients`).
         seed: seed of the numpy generator (``None``: fresh draws each call).
+        tolerance: draw in antithetic pairs ``(b, alpha)``, ``(b, 1 - alpha)``, in
+            rounds (the first of ``samples``, default 32, then 1.5 times as many),
+            until the estimated share of the map's variance that is sampling noise
+            is ``<= tolerance`` for every sample (see
+            :class:`~kerascope.methods.smoothing.NoiseWrapper`); ``extras["samples"]``
+            and ``extras["estimated_error"]`` record it per sample.
+        max_samples: the most draws per input with ``tolerance=``.
 
     Cost: ``samples`` forward+backward passes per input plus one forward pass.
 
@@ -358,17 +549,27 @@ class ExpectedGradients(PathMethod):
         self,
         model: keras.Layer,
         *,
-        samples: int = 50,
+        samples: int | None = None,
         baseline: Any = None,
         seed: int | None = 0,
+        tolerance: float | None = None,
+        max_samples: int = 1024,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"`samples` must be a positive int. Received: samples={samples!r}.")
+        check_tolerance(tolerance, max_samples, "max_samples")
+        if samples is None:
+            samples = 50 if tolerance is None else 32
+        if not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
+            raise ValueError(
+                f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
+                f"Received: samples={samples!r}, max_samples={max_samples!r}."
+            )
         self.samples = samples
         self.baseline = baseline
         self.seed = seed
+        self.tolerance = None if tolerance is None else float(tolerance)
+        self.max_samples = max_samples
 
     def _background(self, inputs: Inputs) -> list[np.ndarray]:
         if self.baseline is None:
@@ -413,6 +614,8 @@ class ExpectedGradients(PathMethod):
         else:
             background = [_layer.baseline_values(
                 self.baseline, self.engine, inputs, self._layer, values, self.batch_size, background=True)]
+        if self.tolerance is not None:
+            return self._run_to_tolerance(inputs, targets, values, background)
         rng = np.random.default_rng(self.seed)
         choice = rng.integers(0, len(background[0]), size=self.samples)
         alphas = rng.uniform(0.0, 1.0, size=self.samples)
@@ -429,6 +632,55 @@ class ExpectedGradients(PathMethod):
                 inputs, attributions[0], scores, resolved, baseline_indices=choice, alphas=alphas
             )
         return self._result(inputs, attributions, scores, resolved, baseline_indices=choice, alphas=alphas)
+
+    def _run_to_tolerance(
+        self, inputs: Inputs, targets: Any, values: np.ndarray | None, background: list[np.ndarray]
+    ) -> Explanation:
+        """Antithetic draws, ``(b, alpha)`` and ``(b, 1 - alpha)``, in rounds of pairs until every
+        sample's estimated noise fraction is ``<= tolerance`` (as the noise wrappers)."""
+        n = inputs.num_samples
+        ends = inputs.arrays if values is None else [values]
+        offsets = np.cumsum([0, *[int(np.prod(a.shape[1:])) for a in ends]])
+        count = len(background[0])
+        # one item per pair: (u, alpha), both uniform, drawn row by row so that an item depends only on
+        # the seed and its index (never on the chunking); the baseline is background[floor(u * count)]
+        draws = Stream(self.seed, lambda rng, k: rng.uniform(0.0, 1.0, size=(k, 2)))
+        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        moments = PairMoments((n, int(offsets[-1])), "mean")
+        rows_per_chunk = max(2, self.batch_size - self.batch_size % 2)
+        active, done, cap = np.arange(n), 0, self.max_samples // 2
+        target = max(2, self.samples // 2)
+        error = np.full(n, np.inf)
+        while len(active):
+            def path_rows(rows: np.ndarray, active: np.ndarray = active, done: int = done) -> Any:
+                owners, pairs, signs = pair_rows(rows, active, done)
+                drawn = draws.take(int(pairs[0]), int(pairs[-1]) + 1)[pairs - pairs[0]]
+                alphas = np.where(signs > 0, drawn[:, 1], 1.0 - drawn[:, 1])
+                choice = np.minimum((drawn[:, 0] * count).astype(np.int64), count - 1)
+                return owners, None, [b[choice] for b in background], alphas
+
+            for rows, owners, _, products, _ in self._path_chunks(
+                inputs, targets, resolved, 2 * len(active) * (target - done), path_rows, values, rows_per_chunk
+            ):
+                flat = np.concatenate([p.reshape(len(rows), -1) for p in products], axis=1)
+                moments.add(owners[0::2], *pair_moments(flat, "mean"))
+            done = target
+            error[active] = moments.noise_fraction()[active]
+            active = active[error[active] > self.tolerance]
+            if done >= cap:
+                break
+            target = next_pairs(done, cap)
+        if len(active):
+            warn_not_converged(type(self).__name__, self.tolerance, "max_samples", self.max_samples, error,
+                               "noise fraction")
+        value = moments.value()
+        attributions = [
+            value[:, offsets[k]: offsets[k + 1]].reshape(a.shape).astype(np.float32) for k, a in enumerate(ends)
+        ]
+        extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
+        if values is not None:
+            return self._layer_result(inputs, attributions[0], scores, resolved, **extras)
+        return self._result(inputs, attributions, scores, resolved, **extras)
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (the background reported by its shape).

@@ -24,6 +24,14 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer, registry
+from kerascope.methods._convergence import (
+    PairMoments,
+    check_tolerance,
+    next_pairs,
+    pair_moments,
+    pair_rows,
+    warn_not_converged,
+)
 from kerascope.methods._folding import Stream, as_list, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
@@ -65,7 +73,7 @@ class NoiseWrapper(Method):
     squared attributions (only then are the squares accumulated).
 
     Args:
-        samples: noisy copies per input.
+        samples: noisy copies per input (default 50; with ``tolerance=``, the first round, default 32).
         noise: standard deviation of the Gaussian noise relative to each
             input's range ``max - min`` (per sample and per model input);
             ``0`` reproduces the base method.
@@ -78,6 +86,19 @@ class NoiseWrapper(Method):
             the base method explains each noisy activation at that layer;
             attributions have the layer's shape (see
             :meth:`~kerascope.core.explanation.Explanation.per_position`).
+        tolerance: choose the number of samples per input: noise is drawn in
+            antithetic pairs (``z`` and ``-z``, seeded, so a result is
+            reproducible and the same in any batch), in rounds (the first of
+            ``samples``, default 32, then 1.5 times as many), until the
+            estimated share of the map's variance that is sampling noise,
+            ``sum(SE^2) / sum((m - mean(m))^2)`` with the standard errors from
+            the spread of the pair means, is ``<= tolerance`` for every sample.
+            The map's Pearson correlation with the exact (infinite-sample) map is
+            then about ``sqrt(1 - tolerance)`` (0.975 for 0.05); this estimates
+            the expected error, one draw scatters around it.
+            ``extras["samples"]`` and ``extras["estimated_error"]`` record it per sample.
+        max_samples: the most samples per input with ``tolerance=`` (a
+            ``RuntimeWarning`` names the samples that did not converge).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -88,6 +109,8 @@ class NoiseWrapper(Method):
 
     reduction = "mean"
     layer_attribution: bool = True
+    #: what ``tolerance=`` estimates the error of (:class:`~kerascope.methods._convergence.PairMoments`)
+    statistic: str = "mean"
 
     uses_squares: bool = False
 
@@ -95,27 +118,39 @@ class NoiseWrapper(Method):
         self,
         model: keras.Layer,
         *,
-        samples: int = 50,
+        samples: int | None = None,
         noise: float = 0.15,
         seed: int | None = 0,
         base: Any = "saliency",
         layer: Any = None,
+        tolerance: float | None = None,
+        max_samples: int = 1024,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"`samples` must be a positive int. Received: samples={samples!r}.")
+        check_tolerance(tolerance, max_samples, "max_samples")
+        if samples is None:
+            samples = 50 if tolerance is None else 32
+        if not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
+            raise ValueError(
+                f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
+                f"Received: samples={samples!r}, max_samples={max_samples!r}."
+            )
         if not np.isscalar(noise) or float(noise) < 0:
             raise ValueError(f"`noise` must be a number >= 0. Received: noise={noise!r}.")
         self.samples = samples
         self.noise = float(noise)
         self.seed = seed
+        self.tolerance = None if tolerance is None else float(tolerance)
+        self.max_samples = max_samples
         self._base = _make_base(model, base, kwargs, layer)
         self.base = self._base.name
         self._layer = getattr(self._base, "_layer", None)
         self.layer = getattr(self._base, "layer", None)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        if self.tolerance is not None:
+            return self._explain_to_tolerance(inputs, targets)
         if self._layer is not None:
             return self._explain_layer(inputs, targets)
         n, s = inputs.num_samples, self.samples
@@ -188,6 +223,70 @@ class NoiseWrapper(Method):
             scores=scores, layer=self.layer, extras={"attributed_at": "layer"},
         )
 
+    def _explain_to_tolerance(self, inputs: Inputs, targets: Any) -> Explanation:
+        """Antithetic noise (``z``, ``-z``) in rounds of pairs until every sample's estimated noise
+        fraction (:class:`~kerascope.methods._convergence.PairMoments`) is ``<= tolerance``."""
+        n = inputs.num_samples
+        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        if self._layer is not None:
+            ends = [_layer.activations(self.engine, inputs, self._layer, self.batch_size)]
+        else:
+            ends = inputs.arrays
+        floating = [np.issubdtype(a.dtype, np.floating) for a in ends]
+        sigmas = [
+            (self.noise * (a.reshape(n, -1).max(axis=1) - a.reshape(n, -1).min(axis=1))).astype(np.float32)
+            if f else None for a, f in zip(ends, floating, strict=True)
+        ]
+        sizes = [int(np.prod(a.shape[1:])) for a in ends]
+        offsets = np.cumsum([0, *sizes])
+        stream = Stream(  # one item per pair: standard-normal noise for every input, concatenated
+            self.seed, lambda rng, count: rng.standard_normal((count, int(offsets[-1])), dtype=np.float32)
+        )
+        moments = PairMoments((n, int(offsets[-1])), self.statistic)
+        rows_per_chunk = max(2, self.batch_size - self.batch_size % 2)
+        active, done, cap = np.arange(n), 0, self.max_samples // 2
+        target = max(2, self.samples // 2)
+        error = np.full(n, np.inf)
+        while len(active):
+            for rows in chunk_ranges(2 * len(active) * (target - done), rows_per_chunk):
+                owners, pairs, signs = pair_rows(rows, active, done)
+                z = stream.take(int(pairs[0]), int(pairs[-1]) + 1)[pairs - pairs[0]]
+                noisy = []
+                for k, (array, sigma) in enumerate(zip(ends, sigmas, strict=True)):
+                    if sigma is None:
+                        noisy.append(array[owners])
+                        continue
+                    scale = (signs * sigma[owners]).astype(np.float32).reshape((-1,) + (1,) * (array.ndim - 1))
+                    noisy.append(array[owners] + scale * z[:, offsets[k]: offsets[k + 1]].reshape(
+                        len(rows), *array.shape[1:]))
+                chunk_targets = row_targets(targets, resolved, owners)
+                if self._layer is not None:
+                    explained = self._base._explain_at(_layer.rows(inputs, owners), noisy[0], chunk_targets)
+                else:
+                    explained = self._base._explain(Inputs(inputs.model_arg(noisy)), chunk_targets)
+                flat = np.concatenate([a.reshape(len(rows), -1) for a in as_list(explained.attributions)], axis=1)
+                moments.add(owners[0::2], *pair_moments(flat, self.statistic))
+            done = target
+            error[active] = moments.noise_fraction()[active]
+            active = active[error[active] > self.tolerance]
+            if done >= cap:
+                break
+            target = next_pairs(done, cap)
+        if len(active):
+            warn_not_converged(type(self).__name__, self.tolerance, "max_samples", self.max_samples, error,
+                               "noise fraction")
+        value = moments.value()
+        attributions = [
+            value[:, offsets[k]: offsets[k + 1]].reshape(a.shape).astype(np.float32) for k, a in enumerate(ends)
+        ]
+        extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
+        if self._layer is not None:
+            return Explanation(
+                attributions=attributions[0], method=self.name, params=self.params(), targets=resolved,
+                scores=scores, layer=self.layer, extras={"attributed_at": "layer", **extras},
+            )
+        return self._result(inputs, attributions, scores, resolved, **extras)
+
     def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return mean
 
@@ -228,6 +327,7 @@ class SmoothGradSquared(NoiseWrapper):
     description = "Mean of squared attributions over noisy copies of the input (Hooker et al. 2019)."
     aliases = ("smoothgrad2", "smoothgradsq")
     uses_squares = True
+    statistic = "mean_square"
 
     def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return mean_of_squares
@@ -252,6 +352,7 @@ class VarGrad(NoiseWrapper):
     aliases = ("var_grad",)
 
     uses_squares = True
+    statistic = "variance"
 
     def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return np.maximum(mean_of_squares - mean**2, 0.0)

@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "plot_grid": "kerascope.viz.plots",
     "plot_sequence": "kerascope.viz.plots",
     "plot_tabular": "kerascope.viz.plots",
+    "plot_tokens": "kerascope.viz.plots",
     **{entry.class_name: entry.module for entry in _METHODS},
 }
 _SUBMODULES = ("batch", "callbacks", "evaluation", "methods", "metrics")
@@ -79,4 +80,4 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope.io.models import load_model  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403
     from kerascope.report.rebuild import rebuild_report  # noqa: F401
-    from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular  # noqa: F401
+    from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular, plot_tokens  # noqa: F401

@@ -97,13 +97,12 @@ def test_sequence_plot_colours_follow_attribution(tmp_path):
     _assert_real_picture(pixels)
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     assert [ax.get_ylabel() for ax in panels] == ["x", "y"]
-    line = panels[0].collections[0]
-    np.testing.assert_allclose(line.get_array(), (attributions[:-1, 0] + attributions[1:, 0]) / 2)
-    assert line.get_cmap().name == "RdBu_r" and line.norm.vmin == -line.norm.vmax == -np.abs(attributions).max()
-    # the segments follow the input values
-    np.testing.assert_allclose(np.asarray(line.get_segments())[:, 0, 1], values[:-1, 0])
+    strip = panels[0].images[0]  # the heat strip behind the series: one cell per time step
+    np.testing.assert_allclose(np.asarray(strip.get_array())[0], attributions[:, 0])
+    assert strip.get_cmap().name == "RdBu_r" and strip.norm.vmin == -strip.norm.vmax == -np.abs(attributions).max()
+    np.testing.assert_allclose(panels[0].lines[0].get_ydata(), values[:, 0])  # the series drawn over it
     # red where the attribution is most positive, blue where most negative
-    colours = panels[0].collections[1].get_facecolors()
+    colours = strip.to_rgba(np.asarray(strip.get_array())[0])
     hot, cold = np.argmax(attributions[:, 0]), np.argmin(attributions[:, 0])
     assert colours[hot][0] > colours[hot][2] and colours[cold][2] > colours[cold][0]
 

@@ -38,6 +38,7 @@ h1{font-size:22px;margin:0 0 4px;overflow-wrap:anywhere} .meta{color:#666;font-s
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,190px),1fr));gap:14px;align-items:start}
 figure{margin:0;min-width:0} figure img{display:block;width:100%;height:auto;max-width:512px;border:1px solid #ccc;
 border-radius:3px;background:#eee}
+figure.wide{grid-column:1/-1} figure.wide img{max-width:min(100%,900px)}
 figcaption{font-size:12px;color:#444;margin-top:4px;max-width:512px} figcaption b{font-size:13px;color:#222}
 .bar{height:10px;border:1px solid #bbb;border-radius:2px;margin-top:4px}
 .ticks{display:flex;justify-content:space-between;font-size:11px;color:#555;font-variant-numeric:tabular-nums}
@@ -64,7 +65,8 @@ class ReportEntry:
     the methods were given (the page keeps it); ``scales`` maps a method name to its colour
     scale (:meth:`kerascope.viz.colours.ColourScale.as_dict`), drawn as a colour bar with a
     legend under the overlay; ``target`` is the explained class and ``target_probability`` its probability;
-    ``details`` are extra facts shown under the heading (e.g. ``{"CAM layer": "conv3"}``).
+    ``details`` are extra facts shown under the heading (e.g. ``{"CAM layer": "conv3"}``);
+    ``wide`` pictures (figures of sequences, tables, text) take a whole row of the grid each.
 
     Example:
         >>> ReportEntry("cat.png", "images/cat.png", [("cat", 0.9)]).name
@@ -79,6 +81,7 @@ class ReportEntry:
     target_probability: float | None = None
     scales: dict[str, dict[str, Any]] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
+    wide: bool = False
 
 
 def _e(text: object) -> str:
@@ -432,7 +435,7 @@ def render(
             cells.append(f"<div>{table}</div>")
         for method, path in entry.overlays.items():
             cells.append(
-                f"<figure class='method' data-method='{_e(method)}'><img src='{_e(_src(path, base))}' "
+                f"<figure class='method{' wide' if entry.wide else ''}' data-method='{_e(method)}'><img src='{_e(_src(path, base))}' "
                 f"alt='{_e(method)} for {_e(entry.name)}'><figcaption><b>{_e(method)}</b>"
                 f"{_colour_bar(entry.scales.get(method), entry.target)}</figcaption></figure>"
             )
@@ -584,6 +587,7 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
                 scales={str(k): v for k, v in scales.items() if isinstance(v, dict)},  # checked when rendered
                 target_probability=None if probability is None else float(probability),
                 details={str(k): str(v) for k, v in details.items()},
+                wide=bool(e.get("wide", False)),
             ))
         data["entries"] = parsed
         data["about"] = dict(data.get("about") or {})

@@ -8,8 +8,10 @@ from kerascope.viz.plots import (
     plot_grid,
     plot_sequence,
     plot_tabular,
+    plot_tokens,
     save_figure,
 )
+from kerascope.viz.text import tokens_html
 
 __all__ = [
     "display_map",
@@ -20,7 +22,9 @@ __all__ = [
     "plot_grid",
     "plot_sequence",
     "plot_tabular",
+    "plot_tokens",
     "save_figure",
     "save_overlay",
     "to_display",
+    "tokens_html",
 ]

@@ -23,15 +23,15 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-DIVERGING = "RdBu_r"
-SEQUENTIAL = "magma"
+from kerascope.viz._figure import is_signed, limits, new_figure
+from kerascope.viz.colours import DIVERGING, SEQUENTIAL, sign_convention
+from kerascope.viz.sequence import plot_sequence
+from kerascope.viz.tabular import plot_tabular
+from kerascope.viz.text import plot_tokens
+
+__all__ = ["DIVERGING", "SEQUENTIAL", "display_map", "is_signed", "plot_explanation", "plot_grid", "plot_sequence",
+           "plot_tabular", "plot_tokens", "save_figure"]
 _SIGNS = ("auto", "signed", "absolute", "positive")
-
-
-def _new_figure(width: float, height: float) -> Figure:
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
 
 
 def save_figure(figure: Figure, path: str | Path, *, dpi: int = 100) -> Path:
@@ -47,19 +47,6 @@ def save_figure(figure: Figure, path: str | Path, *, dpi: int = 100) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=dpi)
     return path
-
-
-def is_signed(attribution: np.ndarray, tolerance: float = 1e-3) -> bool:
-    """Whether an attribution has meaningful values of both signs (negatives beyond ``tolerance`` x max).
-
-    Example:
-        >>> import numpy as np
-        >>> is_signed(np.array([-1.0, 2.0])), is_signed(np.array([0.0, 2.0]))
-        (True, False)
-    """
-    a = np.asarray(attribution, np.float64)
-    top = float(np.max(np.abs(a))) if a.size else 0.0
-    return bool(top > 0 and a.min() < -tolerance * top and a.max() > 0)
 
 
 def display_map(attribution: np.ndarray, sign: str = "auto") -> tuple[np.ndarray, bool]:
@@ -90,13 +77,6 @@ def display_map(attribution: np.ndarray, sign: str = "auto") -> tuple[np.ndarray
     if sign == "positive":
         a = np.maximum(a, 0)
     return (np.abs(a).sum(-1) if a.ndim == 3 else np.abs(a)), False
-
-
-def _limits(values: np.ndarray, signed: bool, percentile: float) -> tuple[float, float]:
-    magnitude = np.abs(values[np.isfinite(values)])
-    top = float(np.percentile(magnitude, percentile)) if magnitude.size else 0.0
-    top = top if top > 0 else (float(magnitude.max()) if magnitude.size and magnitude.max() > 0 else 1.0)
-    return (-top, top) if signed else (0.0, top)
 
 
 def _as_list(explanations: Any) -> list[tuple[str, Any]]:
@@ -170,7 +150,7 @@ def plot_grid(
         raise ValueError(f"Expected one image per explained sample. Received: {len(images)} images, {count} samples.")
     rows = list(indices) if indices is not None else list(range(min(count, max_images)))
     ncols = len(columns) + (images is not None)
-    figure = _new_figure(ncols * size, len(rows) * size + (0.3 if title else 0.0))
+    figure = new_figure(ncols * size, len(rows) * size + (0.3 if title else 0.0))
     axes = np.asarray(figure.subplots(len(rows), ncols, squeeze=False))
     from kerascope.viz.overlay import _resize, to_display
 
@@ -185,7 +165,7 @@ def plot_grid(
         for c, ((name, explanation), a) in enumerate(zip(columns, arrays)):
             ax = axes[r, col + c]
             values, signed = display_map(a[index], sign)
-            vmin, vmax = _limits(values, signed, percentile)
+            vmin, vmax = limits(values, signed, percentile)
             colours = cmap or (DIVERGING if signed else SEQUENTIAL)
             label = name
             targets = getattr(explanation, "targets", None)
@@ -210,134 +190,36 @@ def plot_grid(
     return figure
 
 
-def plot_sequence(
-    values: np.ndarray,
-    attributions: np.ndarray,
-    *,
-    time: np.ndarray | None = None,
-    channel_names: Sequence[str] | None = None,
-    cmap: str | None = None,
-    percentile: float = 100.0,
-    max_channels: int = 8,
-    size: tuple[float, float] = (8.0, 1.8),
-    title: str | None = None,
-) -> Figure:
-    """A time series with each time step coloured by its attribution (one panel per channel).
+def _first(inputs: Any) -> np.ndarray | None:
+    if inputs is None:
+        return None
+    return np.asarray(inputs[0] if isinstance(inputs, (list, tuple)) else inputs)
 
-    Args:
-        values: the input sequence ``(T,)`` or ``(T, C)``.
-        attributions: same shape (e.g. ``explanation.attributions[i]``).
-        time: x values (default ``0..T-1``).
-        channel_names: a name per channel.
-        cmap: colormap (default: diverging ``"RdBu_r"`` when signed, ``"magma"`` otherwise).
-        percentile: colour limits at this percentile of the magnitude (shared by all channels).
-        size: ``(width, height per channel)`` in inches.
-        title: figure title.
+
+def data_kind(attributions: np.ndarray, inputs: Any = None, tokens: Any = None) -> str:
+    """Which picture suits an attribution ``(N, ...)``: ``"image"``, ``"sequence"``, ``"tabular"`` or ``"text"``.
+
+    ``(N, H, W[, C])`` maps are images; ``(N, T)`` maps are text when tokens or a vocabulary
+    are given or the inputs are integer ids, a sequence when the inputs are ``(N, T, F)``
+    series, tabular otherwise; ``(N, T, F)`` maps of ``(N, T, F)`` float inputs are sequences
+    and ``(N, T, E)`` maps of integer ``(N, T)`` inputs (attributions at an embedding) are text.
 
     Example:
-        >>> import numpy as np
-        >>> t = np.linspace(0, 6, 50)
-        >>> fig = plot_sequence(np.sin(t), np.cos(t))
-        >>> fig.get_size_inches().tolist()
-        [8.0, 1.8]
+        >>> data_kind(np.zeros((2, 5))), data_kind(np.zeros((2, 5)), np.zeros((2, 5, 3)))
+        ('tabular', 'sequence')
+        >>> data_kind(np.zeros((2, 5)), np.zeros((2, 5), np.int32)), data_kind(np.zeros((2, 8, 8)))
+        ('text', 'image')
     """
-    from matplotlib.collections import LineCollection
-    from matplotlib.colors import Normalize
-
-    x = np.asarray(values, np.float64)
-    a = np.asarray(attributions, np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
-    if a.ndim == 1:
-        a = a[:, None]
-    if x.ndim != 2 or a.shape != x.shape:
-        raise ValueError(
-            "Expected values (T,) or (T, C) and attributions of the same shape. "
-            f"Received: values.shape={np.shape(values)}, attributions.shape={np.shape(attributions)}."
-        )
-    steps, channels = x.shape
-    channels = min(channels, max_channels)
-    t = np.arange(steps, dtype=np.float64) if time is None else np.asarray(time, np.float64)
-    signed = is_signed(a)
-    vmin, vmax = _limits(a[:, :channels], signed, percentile)
-    norm = Normalize(vmin, vmax)
-    colours = cmap or (DIVERGING if signed else SEQUENTIAL)
-    figure = _new_figure(size[0], size[1] * channels + (0.3 if title else 0.0))
-    axes = np.atleast_1d(figure.subplots(channels, 1, sharex=True, squeeze=False)[:, 0])
-    mapped = None
-    for c, ax in enumerate(axes):
-        points = np.stack([t, x[:, c]], axis=-1)
-        segments = np.stack([points[:-1], points[1:]], axis=1)
-        line = LineCollection(segments, cmap=colours, norm=norm, linewidths=2.0)
-        line.set_array((a[:-1, c] + a[1:, c]) / 2)
-        ax.add_collection(line)
-        mapped = ax.scatter(t, x[:, c], c=a[:, c], cmap=colours, norm=norm, s=10, zorder=3)
-        span = float(x[:, c].max() - x[:, c].min()) or 1.0
-        ax.set_xlim(t.min(), t.max() if t.max() > t.min() else t.min() + 1)
-        ax.set_ylim(x[:, c].min() - 0.1 * span, x[:, c].max() + 0.1 * span)
-        ax.set_ylabel(channel_names[c] if channel_names and c < len(channel_names) else f"channel {c}", fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[-1].set_xlabel("time step", fontsize=8)
-    bar = figure.colorbar(mapped, ax=list(axes), fraction=0.03, pad=0.01)
-    bar.set_label("attribution", fontsize=8)
-    bar.ax.tick_params(labelsize=7)
-    if title:
-        figure.suptitle(title, fontsize=11)
-    return figure
-
-
-def plot_tabular(
-    attributions: np.ndarray,
-    feature_names: Sequence[str] | None = None,
-    *,
-    values: np.ndarray | None = None,
-    top_k: int = 20,
-    cmap: str = DIVERGING,
-    size: tuple[float, float] | None = None,
-    title: str | None = None,
-) -> Figure:
-    """Horizontal bar chart of feature attributions, largest magnitude on top.
-
-    Positive bars take the warm end of ``cmap``, negative bars the cold end.
-    With ``values``, each label reads ``name = value``.
-
-    Args:
-        attributions: one sample's attributions ``(F,)``.
-        feature_names: a name per feature (default ``feature 0..F-1``).
-        values: the sample's feature values, shown in the labels.
-        top_k: show the ``top_k`` largest magnitudes.
-        size: ``(width, height)`` in inches (default: grows with the number of bars).
-        title: figure title.
-
-    Example:
-        >>> import numpy as np
-        >>> fig = plot_tabular(np.array([0.5, -0.2, 0.1]), ["age", "income", "<b>"])
-        >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
-        ['<b>', 'income', 'age']
-    """
-    import matplotlib
-
-    a = np.asarray(attributions, np.float64)
-    if a.ndim != 1:
-        raise ValueError(f"Expected one sample's attributions of shape (F,). Received: shape={a.shape}.")
-    names = list(feature_names) if feature_names is not None else [f"feature {i}" for i in range(len(a))]
-    if len(names) != len(a):
-        raise ValueError(f"Expected one name per feature. Received: {len(names)} names for {len(a)} features.")
-    order = np.argsort(-np.abs(a), kind="stable")[:top_k][::-1]
-    labels = [names[i] if values is None else f"{names[i]} = {float(np.asarray(values)[i]):.3g}" for i in order]
-    colormap = matplotlib.colormaps[cmap]
-    colours = [colormap(0.85) if a[i] >= 0 else colormap(0.15) for i in order]
-    width, height = size or (6.0, 0.8 + 0.3 * len(order))
-    figure = _new_figure(width, height)
-    ax = figure.subplots()
-    ax.barh(np.arange(len(order)), a[order], color=colours)
-    ax.set_yticks(np.arange(len(order)), labels, fontsize=8)
-    ax.axvline(0, color="#444", linewidth=0.8)
-    ax.set_xlabel("attribution", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    if title:
-        ax.set_title(title, fontsize=10)
-    return figure
+    a = np.asarray(attributions)
+    x = _first(inputs)
+    integer_inputs = x is not None and np.issubdtype(x.dtype, np.integer) and x.ndim == 2
+    if tokens is not None or (integer_inputs and a.ndim in (2, 3) and a.shape[:2] == x.shape):
+        return "text"
+    if a.ndim == 2:
+        return "sequence" if x is not None and x.ndim == 3 and x.shape[:2] == a.shape else "tabular"
+    if a.ndim == 3 and x is not None and x.ndim == 3 and x.shape == a.shape:
+        return "sequence"
+    return "image"
 
 
 def plot_explanation(explanation: Any, inputs: Any = None, *, kind: str = "auto", index: int = 0,
@@ -345,9 +227,13 @@ def plot_explanation(explanation: Any, inputs: Any = None, *, kind: str = "auto"
     """Plot an :class:`~kerascope.Explanation` (what :meth:`Explanation.plot` calls).
 
     ``kind``: ``"image"`` (a :func:`plot_grid` row per sample), ``"sequence"``
-    (:func:`plot_sequence` of sample ``index``; needs ``inputs``), ``"tabular"``
-    (:func:`plot_tabular` of sample ``index``) or ``"auto"``: tabular for one
-    value per feature, image otherwise. Extra keyword arguments go to that function.
+    (:func:`~kerascope.viz.sequence.plot_sequence` of sample ``index``: the series with the
+    attribution as a heat strip), ``"tabular"`` (:func:`~kerascope.viz.tabular.plot_tabular`
+    bars of sample ``index``, ``feature_names=``), ``"text"``
+    (:func:`~kerascope.viz.text.plot_tokens` of sample ``index``: ``tokens=`` strings, or
+    ``vocabulary=`` with integer inputs) or ``"auto"`` (:func:`data_kind`). Extra keyword
+    arguments go to that function. Colours follow the method's sign convention
+    (:func:`kerascope.viz.colours.sign_convention`).
 
     Example:
         >>> import numpy as np
@@ -358,21 +244,33 @@ def plot_explanation(explanation: Any, inputs: Any = None, *, kind: str = "auto"
     """
     a = _attributions(explanation)
     if kind == "auto":
-        kind = "tabular" if a.ndim == 2 and inputs is None else "image"
+        kind = data_kind(a, inputs, kwargs.get("tokens", kwargs.get("vocabulary")))
+    convention = sign_convention(getattr(explanation, "method", ""), getattr(explanation, "params", None))
+    signed = None if convention is None else convention == "signed"
+    targets = getattr(explanation, "targets", None)
+    heading = getattr(explanation, "method", "attribution") + (
+        f" · target {int(targets[index])}" if targets is not None and len(targets) > index else "")
     if kind == "image":
         return plot_grid(inputs, explanation, **kwargs)
+    if kind in ("sequence", "tabular", "text") and not 0 <= index < len(a):
+        raise IndexError(f"No sample {index}. Received: index={index}; the explanation has {len(a)} samples.")
+    x = _first(inputs)
     if kind == "sequence":
-        if inputs is None:
-            raise ValueError("A sequence plot needs the input values. Received: inputs=None.")
-        x = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
-        kwargs.setdefault("title", f"{explanation.method} · target {int(explanation.targets[index])}")
-        return plot_sequence(np.asarray(x)[index], a[index], **kwargs)
+        kwargs.setdefault("title", heading)
+        kwargs.setdefault("signed", signed)
+        return plot_sequence(None if x is None else x[index], a[index], **kwargs)
     if kind == "tabular":
-        values = None
-        if inputs is not None:
-            values = np.asarray(inputs[0] if isinstance(inputs, (list, tuple)) else inputs)[index]
-        kwargs.setdefault("title", f"{explanation.method} · target {int(explanation.targets[index])}")
-        return plot_tabular(a[index], values=values, **kwargs)
+        kwargs.setdefault("title", heading)
+        return plot_tabular(a[index], values=None if x is None else x[index], **kwargs)
+    if kind == "text":
+        kwargs.setdefault("title", heading)
+        kwargs.setdefault("signed", signed)
+        tokens = kwargs.pop("tokens", None)
+        if tokens is None and x is not None:
+            tokens = x[index]
+        elif tokens is not None and len(tokens) == len(a) and not isinstance(tokens[0], str):
+            tokens = tokens[index]  # one token list per sample
+        return plot_tokens(a[index], tokens, **kwargs)
     raise ValueError(
-        f"Unknown plot kind. Received: kind={kind!r}. Expected 'auto', 'image', 'sequence' or 'tabular'."
+        f"Unknown plot kind. Received: kind={kind!r}. Expected 'auto', 'image', 'sequence', 'tabular' or 'text'."
     )

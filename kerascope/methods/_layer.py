@@ -145,7 +145,7 @@ def baseline_values(
                 f"layer's output shape {sample} (one sample, or batch-first), or model inputs shaped like "
                 f"{x.shape[1:]}. Received: baseline with shape {np.shape(b)}."
             )
-    given.batch_size = len(given.arrays[0])
+    given.num_samples = len(given.arrays[0])
     values = activations(engine, given, layer, batch_size)
     if background:
         return values

@@ -103,7 +103,7 @@ class PerturbationCAM(CAM):
             >>> PerturbationCAM.score_variants.__name__
             'score_variants'
         """
-        n = inputs.batch_size
+        n = inputs.num_samples
         scorer = compile_scorer(self.engine, inputs, target_fn=targets_lib.encode(targets, n)[1], **scorer_options)
         resolved = np.asarray(result.targets, np.int32)
         scores = np.empty(n * per_sample, np.float32)

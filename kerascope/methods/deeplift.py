@@ -196,8 +196,8 @@ class DeepLIFT(Method):
         baselines = resolve_baselines(self.baseline, inputs)
         runner = _PairRunner(self, inputs, targets, resolved)
         attributions = [np.zeros(a.shape, np.float32) for a in inputs.arrays]
-        base_scores = np.zeros(inputs.batch_size, np.float32)
-        for rows in chunk_ranges(inputs.batch_size, max(1, self.batch_size // 2)):
+        base_scores = np.zeros(inputs.num_samples, np.float32)
+        for rows in chunk_ranges(inputs.num_samples, max(1, self.batch_size // 2)):
             parts, base = runner.run([a[rows] for a in inputs.arrays], [b[rows] for b in baselines], rows)
             for k, part in enumerate(parts):
                 attributions[k][rows] = part
@@ -272,8 +272,8 @@ class DeepLiftShap(DeepLIFT):
         scores, resolved = self._prepare(inputs, targets)
         runner = _PairRunner(self, inputs, targets, resolved)
         attributions = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
-        base_scores = np.zeros(inputs.batch_size, np.float64)
-        for rows in chunk_ranges(inputs.batch_size * k, max(1, self.batch_size // 2)):
+        base_scores = np.zeros(inputs.num_samples, np.float64)
+        for rows in chunk_ranges(inputs.num_samples * k, max(1, self.batch_size // 2)):
             owners, draws = rows // k, choice[rows % k]
             parts, base = runner.run([a[owners] for a in inputs.arrays], [b[draws] for b in background], owners)
             weights = np.full(len(rows), 1.0 / k)

@@ -45,7 +45,7 @@ def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any
                 "The base method explains a different model. Received: base="
                 f"{base!r} for model {base.model.name!r}; expected a method built on {model.name!r}."
             )
-        if layer is not None and getattr(base, "_layer", None) is None:
+        if layer is not None and base.params().get("layer") is None:
             raise ValueError(
                 "With `layer=`, the base method must attribute at the same layer. Received: "
                 f"layer={layer!r}, base={base!r}. Build the base with `layer={layer!r}` too."

@@ -177,3 +177,18 @@ def test_data_report_one_figure_per_sample_and_method_in_order(series_model, tmp
     assert (txt.parent / read_report_data(txt.parent)["entries"][0].overlays["lime"]).stat().st_size > 1000
     with pytest.raises(ValueError, match="Received: kind='image'"):
         write_data_report(tmp_path / "img", np.ones((1, 4, 4, 3)), [table], kind="image")
+
+
+def test_every_registered_method_declares_its_sign_convention():
+    """The report's colours come from the declared convention: a new method must say which it is."""
+    from kerascope.catalog import METHODS
+    from kerascope.viz.colours import SIGN_CONVENTIONS, colour_scale, sign_convention
+
+    undeclared = [entry.name for entry in METHODS if sign_convention(entry.name) is None]
+    assert not undeclared, f"add {undeclared} to kerascope.viz.colours.SIGN_CONVENTIONS ('signed' or 'unsigned')"
+    assert set(SIGN_CONVENTIONS) <= {entry.name for entry in METHODS}
+    assert sign_convention("saliency", {"absolute": True}) == "unsigned"
+    one_signed = np.abs(np.random.default_rng(0).normal(size=(4, 4)))  # a signed method whose map is all positive
+    assert colour_scale(one_signed, "integrated_gradients").cmap == "RdBu_r"  # still centred at zero
+    assert colour_scale(one_signed - 0.5, "unknown_method").signed  # undeclared: decided from the data
+    assert not colour_scale(one_signed, "unknown_method").signed

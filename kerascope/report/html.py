@@ -35,7 +35,7 @@ h1{font-size:22px;margin:0 0 4px;overflow-wrap:anywhere} .meta{color:#666;font-s
 .card h2{font-size:15px;margin:0 0 6px;overflow-wrap:anywhere}
 .facts{font-size:13px;color:#333;margin:0 0 10px;overflow-wrap:anywhere}
 .facts span+span:before{content:" \\00b7  ";color:#999}
-.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,190px),1fr));gap:14px;align-items:start}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,175px),1fr));gap:14px;align-items:start}
 figure{margin:0;min-width:0} figure img{display:block;width:100%;height:auto;max-width:512px;border:1px solid #ccc;
 border-radius:3px;background:#eee}
 figure.wide{grid-column:1/-1} figure.wide img{max-width:min(100%,900px)}

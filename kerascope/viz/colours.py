@@ -31,7 +31,7 @@ SIGN_CONVENTIONS: dict[str, str] = {
         "saliency", "gradient_x_input", "guided_backprop", "deconvnet", "guided_gradcam",
         "integrated_gradients", "expected_gradients", "deeplift", "deeplift_shap", "smoothgrad",
         "occlusion", "feature_ablation", "shapley_exact", "shapley_sampling", "kernel_shap", "lime",
-        "lrp", "lrp_epsilon", "lrp_gamma", "lrp_alpha_beta", "lrp_z_plus", "lrp_composite",
+        "lrp",
     ), "signed"),
     **dict.fromkeys((
         "gradcam", "gradcam_plusplus", "xgradcam", "layercam", "hirescam", "scorecam", "ablationcam",

@@ -192,3 +192,18 @@ def test_every_registered_method_declares_its_sign_convention():
     assert colour_scale(one_signed, "integrated_gradients").cmap == "RdBu_r"  # still centred at zero
     assert colour_scale(one_signed - 0.5, "unknown_method").signed  # undeclared: decided from the data
     assert not colour_scale(one_signed, "unknown_method").signed
+
+
+def test_notebook_view_uses_the_colour_conventions():
+    import base64
+    import io
+
+    signed = np.zeros((1, 4, 4))
+    signed[0, 0, 0], signed[0, 3, 3] = 1.0, -1.0
+    page = Explanation(signed, "saliency", {}, np.array([0]), np.ones(1))._repr_html_()
+    uri = re.search(r'src="data:image/png;base64,([^"]+)"', page).group(1)
+    pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri))).convert("RGB")).astype(int)
+    assert pixels[0, 0, 0] > pixels[0, 0, 2] and pixels[3, 3, 2] > pixels[3, 3, 0]  # red +, blue -
+    assert min(pixels[1, 1]) > 230  # zero is white on the diverging map
+    table = Explanation(np.array([[0.5, -0.5, 0.0]]), "kernel_shap", {}, np.array([0]), np.ones(1))._repr_html_()
+    assert table.count('class="tok"') == 3

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from kerascope.io.preprocessing import resolve_preprocess
     from kerascope.methods.registry import get
     from kerascope.pipeline import explain_images
+    from kerascope.report.html import reason_without_name
     from kerascope.viz.overlay import check_overlay_options
 
     # every option is checked before the model is loaded or anything is computed
@@ -108,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
         stderr("layers: " + ", ".join(f"{name}: {path}" for name, path in summary.layers.items()))
     lines = [f"explained {summary.processed} image(s) with {', '.join(summary.methods)} "
              f"in {summary.seconds:.1f}s -> {summary.report}"]
-    lines += [f"could not read {name}: {why}" for name, why in summary.errors.items()]
+    lines += [f"could not read {name}: {reason_without_name(name, why)}" for name, why in summary.errors.items()]
     emit(args, summary.as_dict(), "\n".join(lines))
     return 1 if summary.errors else 0

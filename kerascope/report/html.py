@@ -347,11 +347,11 @@ def _about(about: Mapping[str, Any]) -> str:
     return f"<section class='card about'><h2>About this page</h2><dl>{''.join(rows)}</dl></section>"
 
 
-def _reason(name: str, message: str) -> str:
+def reason_without_name(name: str, message: str) -> str:
     """An error message without the file name the row already shows.
 
     Example:
-        >>> _reason("a.png", "a.png: not a readable image (cannot identify image file 'a.png').")
+        >>> reason_without_name("a.png", "a.png: not a readable image (cannot identify image file 'a.png').")
         'not a readable image (cannot identify image file).'
     """
     for prefix in (f"{name}: ", f"{name}:", name):
@@ -366,7 +366,7 @@ def _reason(name: str, message: str) -> str:
 
 
 def _problem_rows(problems: Mapping[str, str]) -> str:
-    return "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(_reason(str(k), str(v)))}</td></tr>"
+    return "".join(f"<tr><td>{_e(k)}</td><td class='err'>{_e(reason_without_name(str(k), str(v)))}</td></tr>"
                    for k, v in problems.items())
 
 

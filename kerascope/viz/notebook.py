@@ -28,6 +28,9 @@ def png_data_uri(rgb: np.ndarray) -> str:
 def explanation_html(explanation: Any, limit: int = 8) -> str:
     """Small HTML summary with one heatmap per sample (first ``limit`` samples).
 
+    Image maps use the method's colour convention (``RdBu_r`` centred at zero when signed,
+    ``magma`` otherwise, :mod:`kerascope.viz.colours`); short 1-D maps are coloured cells.
+
     Example:
         >>> import numpy as np
         >>> from kerascope.core.explanation import Explanation
@@ -37,16 +40,21 @@ def explanation_html(explanation: Any, limit: int = 8) -> str:
     """
     import matplotlib
 
-    from kerascope.viz.overlay import heatmap
+    from kerascope.viz.colours import colour_scale, reduce_for_display
+    from kerascope.viz.text import tokens_html
 
     attrs = explanation.attributions
     attrs = attrs[0] if isinstance(attrs, (list, tuple)) else attrs
     cells = []
     for i in range(min(len(explanation), limit)):
         a = np.asarray(attrs[i])
-        if a.ndim in (2, 3) and (a.ndim == 2 or a.shape[-1] <= 4):
-            rgb = (matplotlib.colormaps["magma"](heatmap(a))[..., :3] * 255).astype(np.uint8)
+        if a.ndim in (2, 3) and (a.ndim == 2 or a.shape[-1] <= 4):  # an image map, on the method's colour scale
+            scale = colour_scale(a, explanation.method, explanation.params)
+            values = scale.normalise(reduce_for_display(a, scale.signed))
+            rgb = (matplotlib.colormaps[scale.cmap](values)[..., :3] * 255).astype(np.uint8)
             picture = f'<img src="{png_data_uri(rgb)}" style="width:96px;image-rendering:pixelated">'
+        elif a.ndim == 1 and a.size <= 64:  # features or tokens: one coloured cell each
+            picture = tokens_html(a)
         else:
             picture = f"<code>shape {a.shape}</code>"
         cells.append(

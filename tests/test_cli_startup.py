@@ -139,3 +139,13 @@ def test_batch_refuses_several_methods(tmp_path, capsys):
                  "--method", "gradcam,saliency"])
     assert code == 2
     assert "one method per run" in capsys.readouterr().err
+
+
+def test_backends_doc_install_lines_and_missing_backend_message(monkeypatch):
+    from kerascope.cli import missing_backend_message
+
+    doc = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    assert 'pip install -e ".[jax]"\nexport KERAS_BACKEND=jax\n' in doc  # verbatim from a fresh clone
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    message = missing_backend_message(ModuleNotFoundError("No module named 'jax'", name="jax"))
+    assert f"kerascope demo: error: {message}\n" in doc  # the documented message is the real one

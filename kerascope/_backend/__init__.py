@@ -7,6 +7,7 @@ primitives for the active Keras backend (``keras.backend.backend()``).
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
 import keras
@@ -28,6 +29,9 @@ def get() -> ModuleType:
             f"kerascope supports the Keras backends {list(_SUPPORTED)}. "
             f"Received: KERAS_BACKEND={name!r}. Set KERAS_BACKEND=tensorflow (or jax / torch)."
         )
+    loaded = sys.modules.get(f"kerascope._backend.{name}")
+    if loaded is not None:  # no import machinery inside a trace (AutoGraph would try to convert it)
+        return loaded
     try:
         return importlib.import_module(f"kerascope._backend.{name}")
     except ModuleNotFoundError as error:

@@ -25,6 +25,20 @@ def _to_numpy(value: Any) -> Any:
     return tf.nest.map_structure(lambda t: t.numpy(), value)
 
 
+def _traced_once(function: Any) -> Any:
+    """Keep TensorFlow's "N out of the last N calls ... triggered tf.function retracing" notice off kerascope's functions.
+
+    Each compiled function has a full ``input_signature`` and is traced exactly once; but
+    TensorFlow counts traces per Python code object, so the many functions kerascope compiles
+    from one closure (one per method, layer set and target kind) look like one function
+    retracing, and after a few explainers in a script it would warn about the user's run.
+    Only these functions are exempted; a user's own tf.functions keep the notice.
+    """
+    if hasattr(function, "_omit_frequent_tracing_warning"):
+        function._omit_frequent_tracing_warning = True
+    return function
+
+
 def compile_gradients(
     forward: Forward,
     *,
@@ -103,7 +117,7 @@ def compile_gradients(
             out["input_grads"] = [tf.cast(g, tf.float32) for g in grads["inputs"]]
         return out
 
-    compiled = tf.function(step, input_signature=signature, jit_compile=jit_compile)
+    compiled = _traced_once(tf.function(step, input_signature=signature, jit_compile=jit_compile))
 
     def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
         result = compiled(
@@ -130,7 +144,7 @@ def compile_forward(
         [[2.0], [2.0]]
     """
     signature = [[tf.TensorSpec(shape=(None, *s[1:]), dtype=d) for s, d in input_specs]]
-    compiled = tf.function(forward, input_signature=signature, jit_compile=jit_compile)
+    compiled = _traced_once(tf.function(forward, input_signature=signature, jit_compile=jit_compile))
 
     def run(inputs: list[np.ndarray]) -> Any:
         return _to_numpy(compiled([tf.convert_to_tensor(x) for x in inputs]))

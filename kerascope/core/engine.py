@@ -22,7 +22,7 @@ import numpy as np
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
 from kerascope.core.deeplift_rules import deeplift_rules
-from kerascope.core.inputs import Inputs, check_against_model
+from kerascope.core.inputs import Inputs, check_against_model, fit_structure
 from kerascope.core.layers import find_layer, iter_layers, path_of
 from kerascope.core.output_space import (
     OUTPUT_SPACES,
@@ -296,7 +296,7 @@ class Engine:
         stack.enter_context(bypass_softmax(list(bypass)))
         layer = self.explained_layer()
         recorder = stack.enter_context(probe([layer])) if layer is not None else None
-        outputs = self.model(arg, training=False)
+        outputs = self.model(fit_structure(self.model, arg), training=False)
         return outputs if recorder is None else recorder.last(layer)
 
     def _detect_softmax(self, inputs: Inputs) -> None:
@@ -327,7 +327,8 @@ class Engine:
         """Path of the last layer whose output, softmaxed, equals the model's output (or None)."""
         candidates = [layer for _, layer in iter_layers(self.model) if layer is not self.model]
         with probe(candidates) as rec:
-            outputs = self.model(inputs.model_arg([a[:1] for a in inputs.arrays]), training=False)
+            outputs = self.model(fit_structure(self.model, inputs.model_arg([a[:1] for a in inputs.arrays])),
+                                 training=False)
         try:
             probs = keras.ops.convert_to_numpy(self.select(outputs)).astype(np.float64)
         except ValueError:
@@ -541,8 +542,8 @@ class Engine:
                     with contextlib.ExitStack() as stack:
                         out = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
                 else:
-                    out = self.model.compute_output_spec(inputs.model_arg(
-                        [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays]))
+                    out = self.model.compute_output_spec(fit_structure(self.model, inputs.model_arg(
+                        [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays])))
             except Exception:
                 out = None
             # choosing the output here, eagerly, raises kerascope's own message (not wrapped in a trace)

@@ -194,3 +194,48 @@ def check_against_model(model: Any, inputs: Inputs) -> None:
                 f"Expected: {want} (None = any size). Resize or reshape the inputs, e.g. "
                 "images to the model's height and width with a batch axis first."
             )
+
+
+def fit_structure(model: Any, arg: Any) -> Any:
+    """``arg`` (a tensor, list or dict) in the structure ``model`` was built with, when they differ only in form.
+
+    A functional model built with ``Model([image], ...)`` or ``Model({"face": image}, ...)``
+    (e.g. an ``.hdf5`` model with a named input) expects a list or a dict; calling it with a
+    bare tensor works but makes Keras warn "The structure of `inputs` doesn't match the
+    expected structure". Every call kerascope makes goes through here, so the user's data
+    reaches the model in its own structure. Lists map to dicts in the model's flattened
+    (``model.inputs``) order, dicts to lists by input name; anything else is returned as is.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> x = keras.Input((2,), name="face")
+        >>> m = keras.Model([x], keras.layers.Dense(1)(x))
+        >>> type(fit_structure(m, np.ones((1, 2)))).__name__
+        'list'
+        >>> list(fit_structure(keras.Model({"face": x}, m.outputs[0]), np.ones((1, 2))))
+        ['face']
+    """
+    try:
+        expected = model.input  # functional models: the structure they were built with
+    except Exception:  # noqa: BLE001 - Sequential before its first call, subclassed models: nothing to match
+        return arg
+    import keras
+
+    if isinstance(expected, dict):
+        if isinstance(arg, dict):
+            return arg
+        keys = keras.tree.flatten({key: key for key in expected})  # the order of model.inputs
+        values = list(arg) if isinstance(arg, (list, tuple)) else [arg]
+        return dict(zip(keys, values)) if len(values) == len(keys) else arg
+    if isinstance(expected, (list, tuple)):
+        if isinstance(arg, dict):
+            names = [getattr(t, "name", None) for t in expected]
+            return [arg[name] for name in names] if all(name in arg for name in names) else arg
+        if not isinstance(arg, (list, tuple)) and len(expected) == 1:
+            return [arg]
+        return arg
+    if isinstance(arg, (list, tuple)) and len(arg) == 1:
+        return arg[0]
+    if isinstance(arg, dict) and len(arg) == 1:
+        return next(iter(arg.values()))
+    return arg

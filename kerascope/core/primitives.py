@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import engine_for
-from kerascope.core.inputs import Inputs
+from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.layers import find_layer, iter_layers, path_of
 
 
@@ -127,7 +127,7 @@ def _differentiable_layers(model: keras.Layer, inputs: Inputs) -> list[keras.Lay
     candidates = [layer for _, layer in iter_layers(model)]
     first = [a[:1] for a in inputs.arrays]
     with probe(candidates) as rec:
-        model(inputs.model_arg(first), training=False)
+        model(fit_structure(model, inputs.model_arg(first)), training=False)
     chosen = []
     for layer in candidates:
         calls = rec.outputs.get(id(layer))

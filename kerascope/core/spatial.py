@@ -33,7 +33,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from kerascope.core.inputs import Inputs
+from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.layers import iter_layers
 from kerascope.core.probe import probe
 from kerascope.core.resize import upsample
@@ -377,7 +377,7 @@ def survey(model: keras.Layer, inputs: Inputs) -> list[tuple[keras.Layer, tuple[
         return output
 
     with probe([layer for _, layer in iter_layers(model)], note):
-        model(inputs.model_arg(_first(inputs)), training=False)
+        model(fit_structure(model, inputs.model_arg(_first(inputs))), training=False)
     last = {id(layer): i for i, (layer, _) in enumerate(order)}
     return [
         (layer, tuple(int(d) for d in out.shape), np.asarray(keras.ops.convert_to_numpy(out)))
@@ -448,7 +448,7 @@ def feeds_prediction(
     """
     select = select or (lambda outputs: outputs)
     arrays = inputs.model_arg(_first(inputs))
-    clean = _flat_numpy(select(model(arrays, training=False)))
+    clean = _flat_numpy(select(model(fit_structure(model, arrays), training=False)))
     rng = np.random.default_rng(0)
 
     def perturb(_: int, __: keras.Layer, output: Any) -> Any:
@@ -459,7 +459,7 @@ def feeds_prediction(
         return output + keras.ops.cast(keras.ops.convert_to_tensor(noise), output.dtype)
 
     with probe([layer], perturb):
-        changed = _flat_numpy(select(model(arrays, training=False)))
+        changed = _flat_numpy(select(model(fit_structure(model, arrays), training=False)))
     return any(
         a.shape != b.shape or np.max(np.abs(a - b), initial=0.0) > 1e-6 * (np.max(np.abs(a), initial=0.0) + 1e-12)
         for a, b in zip(clean, changed)

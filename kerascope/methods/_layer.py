@@ -22,7 +22,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import Engine
-from kerascope.core.inputs import Inputs
+from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.probe import probe
 
 
@@ -65,7 +65,7 @@ def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: 
     path = engine.path_of(layer)
     for _, arrays in inputs.chunks(batch_size):
         with probe([layer]) as rec:
-            model(inputs.model_arg(arrays), training=False)
+            model(fit_structure(model, inputs.model_arg(arrays)), training=False)
         parts.append(check_output(rec.last(layer), path))
     return np.concatenate(parts, axis=0)
 

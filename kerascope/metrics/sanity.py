@@ -23,6 +23,7 @@ import keras
 import numpy as np
 
 from kerascope.core.explanation import Explanation
+from kerascope.core.inputs import fit_structure
 from kerascope.core.layers import child_layers, find_layer, iter_layers
 from kerascope.metrics._common import Scorer, gaussian_blur, to_maps
 
@@ -104,8 +105,8 @@ def ssim(a: np.ndarray, b: np.ndarray, sigma: float = 1.5) -> np.ndarray:
 # ----------------------------------------------------------------------------- model copies
 def _same_outputs(a: keras.Layer, b: keras.Layer, sample: Any) -> bool:
     try:
-        out_a = keras.tree.flatten(a(sample, training=False))
-        out_b = keras.tree.flatten(b(sample, training=False))
+        out_a = keras.tree.flatten(a(fit_structure(a, sample), training=False))
+        out_b = keras.tree.flatten(b(fit_structure(b, sample), training=False))
     except Exception:
         return False
     return len(out_a) == len(out_b) and all(
@@ -138,7 +139,7 @@ def copy_model(model: keras.Layer, sample: Any) -> keras.Layer:
     try:
         clone = keras.models.clone_model(model)
         if len(clone.weights) != len(model.weights):
-            clone(first, training=False)
+            clone(fit_structure(clone, first), training=False)
         clone.set_weights(model.get_weights())
         if _independent(clone, model) and _same_outputs(model, clone, first):
             return clone

@@ -467,3 +467,22 @@ def test_report_layout_in_chromium(ordered, browser, tmp_path, width, mobile):
     assert "model sha256" in page["about"]
     picture = np.asarray(Image.open(shot).convert("RGB"))
     assert width - 20 <= picture.shape[1] <= width and picture.shape[0] >= 800 and picture.std() > 5  # minus a scrollbar
+
+
+def test_colour_bars_and_about_box_from_a_hostile_report_json(results, tmp_path):
+    """Scales, facts and details read back from report.json reach the page only as escaped text / checked colours."""
+    folder = _copy(results, tmp_path)
+    data = json.loads((folder / "report.json").read_text())
+    for entry in data["entries"]:
+        entry["scales"]["gradcam"] = {"stops": ["#000000", "red);background:url(//evil.example/x"], "low": 0,
+                                      "high": 1, "signed": False, "cmap": "magma"}
+        entry["scales"]["saliency"] = {"stops": ["#000000", "#ffffff"], "low": "nan", "high": 1}
+        entry["details"] = {"<b>layer</b>": "<script>alert(7)</script>"}
+    data["about"] = {"model": "<img src=x onerror=alert(8)>", "methods": {"gradcam": {"layer": "<i>conv</i>"}}}
+    (folder / "report.json").write_text(json.dumps(data))
+    rebuild_report(folder)  # overlays kept: their saved scales are reused, so they must be checked
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    assert "url(" not in page and "evil.example" not in page and "<script" not in page and "<img src=x" not in page
+    assert "&lt;img src=x onerror=alert(8)&gt;" in page
+    assert "class='bar'" not in page  # both hostile scales refused: no bar rather than a wrong one
+    assert "&lt;script&gt;alert(7)&lt;/script&gt;" in page and "&lt;i&gt;conv&lt;/i&gt;" in page

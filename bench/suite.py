@@ -210,6 +210,9 @@ def cases_for(model: keras.Model, n: int, args: argparse.Namespace, x: np.ndarra
             background = np.random.default_rng(2).uniform(0, 1, (4, *x.shape[1:])).astype(np.float32)
             cases.append(Case(name, lambda c=cls, b=background: c(model, baseline=b, **common),
                               [("forward", n), ("grad", 2 * n * 4)], "4 background rows"))
+        elif name == "lrp":  # one forward + backward per chunk; each rule term adds one evaluation of its layer
+            cases.append(Case(name, lambda c=cls: c(model, composite="epsilon_plus", **common), [("grad", n)],
+                              "epsilon_plus"))
         elif name == "scorecam":
             cases.append(Case(name, lambda c=cls: c(model, layer=few, **common),
                               [("layer_grad", n), ("forward", n * channels)], f"{few.name}: {channels} ch"))

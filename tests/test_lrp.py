@@ -4,6 +4,8 @@ cross-check against zennit on identical weights is in tests/test_lrp_zennit.py."
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -14,6 +16,9 @@ from kerascope.methods.base import UnsupportedModelError
 from kerascope.methods.lrp import Epsilon
 
 RNG = np.random.default_rng(0)
+# Parameter checks, refusals and caching are backend-free logic: TensorFlow only, to keep the JAX / PyTorch runs
+# (compiling a model costs seconds there) to what can differ between backends: the relevance numbers.
+logic = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="backend-free logic: TensorFlow run")
 
 
 def _randomise(model: keras.Model, seed: int = 1) -> keras.Model:
@@ -24,6 +29,7 @@ def _randomise(model: keras.Model, seed: int = 1) -> keras.Model:
     return model
 
 
+@functools.cache  # one model (one engine, shared compiled functions) for the whole file; never modified
 def biasfree_cnn() -> keras.Model:
     """Bias-free ReLU conv net with max pooling, a residual Add, average pooling and GAP."""
     inp = keras.Input((8, 8, 2))
@@ -118,6 +124,7 @@ def test_batchnorm_canonised_equals_the_fused_network():
 
 
 # ------------------------------------------------------------------------------------ rule maps
+@logic
 def test_rules_by_type_and_name_and_composite_first_layers():
     model = biasfree_cnn()
     x = RNG.uniform(0, 1, (2, 8, 8, 2)).astype(np.float32)
@@ -137,6 +144,7 @@ def test_rules_by_type_and_name_and_composite_first_layers():
         ks.LRP(model, composite=None, rules={"Dense": "epsilon"}).explain(x, 0)
 
 
+@logic
 def test_zbox_refuses_inputs_outside_the_box():
     model = biasfree_cnn()
     with pytest.raises(ValueError, match=r"within \[low, high\].*low=0.0, high=1.0"):
@@ -179,6 +187,7 @@ def test_same_relevance_on_functional_nested_and_subclassed_models():
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
 
 
+@logic
 def test_one_compiled_function_reused_across_calls_and_chunks():
     model = biasfree_cnn()
     method = ks.LRP(model, batch_size=2)
@@ -190,6 +199,7 @@ def test_one_compiled_function_reused_across_calls_and_chunks():
     np.testing.assert_allclose(again, whole[:4], rtol=1e-6)  # batch invariance
 
 
+@logic
 def test_registered_by_name():
     model = biasfree_cnn()
     x = RNG.uniform(0, 1, (1, 8, 8, 2)).astype(np.float32)
@@ -198,6 +208,7 @@ def test_registered_by_name():
 
 
 # ------------------------------------------------------------------------------------ refusals
+@logic
 def test_unsupported_layers_are_named():
     inp = keras.Input((4, 3))
     h = keras.layers.MultiHeadAttention(1, 2, name="attn")(inp, inp)

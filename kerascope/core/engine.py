@@ -481,7 +481,7 @@ class Engine:
             rule: ``None``, ``"guided"``, ``"deconvnet"`` or ``"deeplift"`` backward rule for
                 ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references), or
                 an object whose ``install(model, backend)`` context manager patches the model for
-                the trace (``core.lrp_rules.LRPBackward``; compiled once per object).
+                the trace (``core.lrp_walk.LRPBackward``; one compiled function per equal object).
             replace: arrays (batch first) that REPLACE the outputs of the first ``len(replace)``
                 ``layers`` during the forward pass (every call of the layer); activations and
                 gradients are then those at the given values (layer attribution: IG or SmoothGrad
@@ -500,7 +500,7 @@ class Engine:
         if rule not in RULES and not callable(getattr(rule, "install", None)):
             raise ValueError(
                 f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES} or an object with "
-                "an `install(model, backend)` context manager (e.g. `core.lrp_rules.LRPBackward`)."
+                "an `install(model, backend)` context manager (e.g. `core.lrp_walk.LRPBackward`)."
             )
         if rule in ("guided", "deconvnet"):
             self._check_relus(rule)

@@ -1,6 +1,7 @@
 """Layer-wise Relevance Propagation (Bach et al. 2015; Montavon et al. 2019) with zennit's rules and composites.
 
-The rules are in :mod:`kerascope.core.lrp_rules`, the composites in
+The rules are in :mod:`kerascope.core.lrp_rules`, how they run in
+:mod:`kerascope.core.lrp_walk`, the composites in
 :mod:`kerascope.core.lrp_composites`, the equations in ``docs/methods.md``.
 """
 
@@ -16,18 +17,8 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import iter_layers
 from kerascope.core.lrp_composites import COMPOSITES, assign_rules, composite_rules
-from kerascope.core.lrp_rules import (
-    AlphaBeta,
-    Epsilon,
-    Flat,
-    Gamma,
-    LRPBackward,
-    Rule,
-    ZBox,
-    ZPlus,
-    classify,
-    make_rule,
-)
+from kerascope.core.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
+from kerascope.core.lrp_walk import LRPBackward, classify
 from kerascope.methods.base import Method, UnsupportedModelError
 from kerascope.methods.registry import register
 

@@ -1,0 +1,412 @@
+"""Layer-wise Relevance Propagation installed on a model for the duration of one call.
+
+Relevance flows backwards as the *gradient*: every layer's ``call`` is
+patched (scoped, restored in ``finally``) so that its forward value is
+unchanged and its vector-Jacobian product is the LRP rule. A rule is a sum of
+terms, as in zennit's ``BasicHook``: term ``k`` evaluates the layer on a
+modified input ``m_k(x)`` with modified parameters ``(W_k, b_k)``,
+``z_k = f(m_k(x); W_k, b_k)``, and the relevance is
+
+    ``R_in = sum_k c_k * m_k(x) * J_k^T (R_out * s_k)``,
+
+with ``s_k`` a stopped-gradient scale (``1 / stabilize(denominator)``, times a
+mask for the gamma rule). In the graph this is
+``sg(y) + sum_k c_k * (z_k - sg(z_k)) * sg(s_k)`` where ``m_k(x)`` is written
+``sg(m_k(x)) + (x - sg(x)) * sg(m_k(x))`` (value ``m_k(x)``, gradient
+multiplied by ``m_k(x)``): plain ``keras.ops``, no custom gradient, the same on
+every backend, compiled with the rest of the pass.
+
+Rules for Dense / Conv layers (:class:`Epsilon`, :class:`Gamma`,
+:class:`ZPlus`, :class:`AlphaBeta`, :class:`Flat`, :class:`ZBox`) follow
+zennit 0.5 term by term (which parameters are clamped, which biases are
+zeroed, the sign-aware stabiliser). Other layers: average pooling, ``Add`` /
+``Average`` / ``Subtract``, ``Rescaling`` / ``Normalization`` get the
+proportional (zennit ``Norm``) rule ``R_i = x_i * dy/dx_i * R / stabilize(y)``;
+element-wise activations pass relevance through unchanged (``Pass``);
+max pooling, reshapes, padding, dropout and concatenation keep their gradient
+(max pooling: winner-take-all). A ``BatchNormalization`` whose input is the
+output of a Dense / Conv layer with a linear activation is canonised: the
+relevance rule of that layer is evaluated with the fused parameters
+``W * g / sqrt(var + eps)`` and ``(b - mean) * g / sqrt(var + eps) + beta``;
+any other ``BatchNormalization`` passes relevance through (zennit's ``Pass``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+
+from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, _operations
+from kerascope.core.layers import iter_layers
+from kerascope.core.lrp_rules import Rule, ZBox, stabilize
+from kerascope.core.probe import patched_attribute
+
+sg = keras.ops.stop_gradient
+
+AFFINE_LAYERS = ("Dense", "Conv1D", "Conv2D", "Conv3D")
+#: Parameter-free linear layers whose relevance is split in proportion to the contributions (zennit ``Norm``).
+NORM_LAYERS = (
+    "AveragePooling1D", "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D", "GlobalAveragePooling3D", "Add", "Average", "Subtract", "Rescaling",
+    "Normalization",
+)
+#: Layers whose ordinary gradient already redistributes relevance (max pooling: winner-take-all).
+GRADIENT_LAYERS = (
+    "InputLayer", "Flatten", "Reshape", "Permute", "RepeatVector", "Concatenate", "Dropout",
+    "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise", "GaussianDropout",
+    "AlphaDropout", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D", "Cropping1D", "Cropping2D",
+    "Cropping3D", "UpSampling1D", "UpSampling2D", "UpSampling3D", "Identity", "MaxPooling1D",
+    "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
+)
+ACTIVATION_LAYERS = ("ReLU", "LeakyReLU", "ELU", "PReLU", "Activation")
+ACTIVATION_OPS = frozenset({
+    "Relu", "Relu6", "LeakyRelu", "Elu", "Selu", "Gelu", "Silu", "Swish", "Sigmoid", "Tanh", "Softplus",
+    "HardSigmoid", "HardSilu", "HardSwish", "Mish", "Celu", "Softsign",
+})
+GRADIENT_OPS = frozenset({
+    "Reshape", "Transpose", "Concatenate", "ExpandDims", "Squeeze", "GetItem", "Cast", "Pad", "Moveaxis",
+    "Swapaxes", "Flip", "Identity", "Ravel", "Copy", "Slice",
+})
+NORM_OPS = frozenset({"Add", "Mean", "Average"})
+
+
+# ------------------------------------------------------------------------------------------ the model walk
+@dataclass
+class Sites:
+    """The model's layers sorted by what LRP does with them (see :func:`classify`).
+
+    Example:
+        >>> Sites().affine
+        []
+    """
+
+    affine: list[tuple[str, keras.Layer]] = field(default_factory=list)
+    norm: list[tuple[str, Any]] = field(default_factory=list)
+    activation: list[tuple[str, Any]] = field(default_factory=list)
+    batchnorm: list[tuple[str, keras.Layer]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _types(names: tuple[str, ...]) -> tuple[type, ...]:
+    return tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n))
+
+
+def _activation_ok(layer: Any, bypassed: list[str], path: str) -> str | None:
+    """Why the layer's ``activation`` attribute is unsupported (``None``: fine)."""
+    activation = getattr(layer, "activation", None)
+    if activation is None:
+        return None
+    act = getattr(activation, "__name__", type(activation).__name__)
+    if act == "linear" or act in ELEMENTWISE_ACTIVATIONS or (act == "softmax" and path in bypassed):
+        return None
+    return f"{path!r} ({type(layer).__name__} with activation {act!r})"
+
+
+def classify(model: keras.Layer, bypassed: list[str]) -> Sites:
+    """Sort the layers and Functional ``keras.ops`` nodes of ``model`` into LRP rule kinds.
+
+    ``bypassed``: paths of the final softmax layers the engine bypasses (a
+    softmax anywhere else is a problem). Containers (nested models, layers
+    with sub-layers) are walked into.
+
+    Example:
+        >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, activation="relu", name="c"),
+        ...                       keras.layers.GlobalAveragePooling2D(name="g"), keras.layers.Reshape((1, 2)),
+        ...                       keras.layers.LSTM(2, name="l")])
+        >>> s = classify(m, [])
+        >>> [p for p, _ in s.affine], [p for p, _ in s.norm], s.problems
+        (['c'], ['g'], ["'l' (LSTM)"])
+    """
+    affine, norm, gradient = _types(AFFINE_LAYERS), _types(NORM_LAYERS), _types(GRADIENT_LAYERS)
+    activation = _types(ACTIVATION_LAYERS)
+    sites = Sites()
+    refused: list[str] = []
+    for path, layer in iter_layers(model):
+        if any(path.startswith(r + "/") for r in refused):
+            continue
+        if isinstance(layer, keras.Model) or (_has_children(layer) and not _is_builtin(layer)):
+            continue
+        kind = type(layer).__name__
+        if isinstance(layer, affine):
+            if getattr(layer, "padding", None) == "causal" or getattr(layer, "groups", 1) != 1:
+                sites.problems.append(f"{path!r} ({kind} with causal padding or groups)")
+                continue
+            problem = _activation_ok(layer, bypassed, path)
+            sites.affine.append((path, layer))  # listed either way: `problems` decides whether LRP runs
+            if problem:
+                sites.problems.append(problem)
+        elif isinstance(layer, norm):
+            sites.norm.append((path, layer))
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            sites.batchnorm.append((path, layer))
+        elif isinstance(layer, activation):
+            problem = _activation_ok(layer, bypassed, path)
+            sites.activation.append((path, layer))
+            if problem:
+                sites.problems.append(problem)
+        elif isinstance(layer, keras.layers.Softmax) and path in bypassed:
+            continue
+        elif not isinstance(layer, gradient):
+            sites.problems.append(f"{path!r} ({kind})")
+            refused.append(path)
+    for path, op in _operations(model):
+        kind = type(op).__name__
+        if kind in ACTIVATION_OPS:
+            sites.activation.append((path, op))
+        elif kind in NORM_OPS:
+            sites.norm.append((path, op))
+        elif kind not in GRADIENT_OPS:
+            sites.problems.append(f"{path!r} (operation {kind})")
+    return sites
+
+
+# ------------------------------------------------------------------------------------------- the graph trick
+def _modified_input(x: Any, mode: str, low: Any = None, high: Any = None) -> Any:
+    """``m(x)`` as a value whose gradient is multiplied by ``m(x)`` (``d/dx`` is ``diag(m(x))``)."""
+    if mode == "x":
+        value = x
+    elif mode == "pos":
+        value = keras.ops.maximum(x, 0.0)
+    elif mode == "neg":
+        value = keras.ops.minimum(x, 0.0)
+    elif mode == "ones":
+        value = keras.ops.ones_like(x)
+    else:
+        bound = low if mode == "low" else high
+        value = keras.ops.zeros_like(x) + keras.ops.cast(bound, x.dtype)
+    value = sg(value)
+    return value + (x - sg(x)) * value
+
+
+def relevance_output(y: Any, terms: list[tuple[Any, float]], scales: list[Any]) -> Any:
+    """``y`` whose vector-Jacobian product is ``sum_k c_k * J_k^T (dy * s_k)`` (terms ``(z_k, c_k)``).
+
+    Example:
+        >>> import numpy as np
+        >>> x = keras.ops.convert_to_tensor(np.array([[1.0, 2.0]], "float32"))
+        >>> out = relevance_output(x * 3.0, [(x * 3.0, 2.0)], [keras.ops.ones_like(x)])
+        >>> keras.ops.convert_to_numpy(out).tolist()
+        [[3.0, 6.0]]
+    """
+    out = sg(y)
+    for (z, c), s in zip(terms, scales, strict=True):
+        out = out + c * (z - sg(z)) * sg(s)
+    return out
+
+
+def passed(z: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn(z)`` whose gradient is the identity (the ``Pass`` rule of activations).
+
+    Example:
+        >>> import numpy as np
+        >>> keras.ops.convert_to_numpy(passed(np.array([-1.0, 2.0], "float32"), keras.ops.relu)).tolist()
+        [0.0, 2.0]
+    """
+    z = keras.ops.convert_to_tensor(z)
+    return sg(fn(z)) + (z - sg(z))
+
+
+def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
+    """``f(x, kernel, bias)``: the linear part of a Dense / Conv layer with the given parameters.
+
+    Example:
+        >>> import numpy as np
+        >>> d = keras.layers.Dense(1); d.build((None, 2))
+        >>> f = affine_function(d)
+        >>> keras.ops.convert_to_numpy(f(np.ones((1, 2), "float32"), np.full((2, 1), 2.0, "float32"), None)).tolist()
+        [[4.0]]
+    """
+    if isinstance(layer, keras.layers.Dense):
+        def dense(x: Any, kernel: Any, bias: Any) -> Any:
+            out = keras.ops.matmul(x, kernel)
+            return out if bias is None else out + bias
+        return dense
+
+    rank, channels_last = layer.rank, layer.data_format == "channels_last"
+
+    def conv(x: Any, kernel: Any, bias: Any) -> Any:
+        out = keras.ops.conv(x, kernel, strides=list(layer.strides), padding=layer.padding,
+                             dilation_rate=layer.dilation_rate, data_format=layer.data_format)
+        if bias is None:
+            return out
+        shape = (1,) * (rank + 1) + (-1,) if channels_last else (1, -1) + (1,) * rank
+        return out + keras.ops.reshape(bias, shape)
+    return conv
+
+
+def _params(layer: keras.Layer) -> tuple[Any, Any]:
+    kernel = keras.ops.convert_to_tensor(layer.kernel)
+    bias = keras.ops.convert_to_tensor(layer.bias) if getattr(layer, "bias", None) is not None else None
+    return kernel, bias
+
+
+def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any, Any] | None:
+    """The parameters of ``affine`` followed by ``bn`` as one layer (``None``: BN not on the output channels)."""
+    channel = ndim - 1 if getattr(affine, "data_format", "channels_last") == "channels_last" else 1
+    axes = [bn.axis] if isinstance(bn.axis, int) else list(bn.axis)
+    if len(axes) != 1 or axes[0] % ndim != channel:
+        return None
+    kernel, bias = _params(affine)
+    scale = keras.ops.rsqrt(keras.ops.convert_to_tensor(bn.moving_variance) + bn.epsilon)
+    if bn.gamma is not None:
+        scale = scale * keras.ops.convert_to_tensor(bn.gamma)
+    mean = keras.ops.convert_to_tensor(bn.moving_mean)
+    shift = keras.ops.convert_to_tensor(bn.beta) if bn.beta is not None else 0.0
+    fused_bias = ((bias if bias is not None else 0.0) - mean) * scale + shift
+    return kernel * scale, fused_bias
+
+
+class _Apply:
+    """Evaluates a rule's terms on one call of a Dense / Conv layer."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+
+    def __call__(self, layer: keras.Layer, x: Any, y: Any, kernel: Any, bias: Any) -> Any:
+        f = affine_function(layer)
+        low = high = None
+        if isinstance(self.rule, ZBox):
+            low, high = np.asarray(self.rule.low, "float32"), np.asarray(self.rule.high, "float32")
+        terms = self.rule.terms(kernel, bias)
+        outputs = [f(_modified_input(x, mode, low, high), k, b) for mode, k, b, _ in terms]
+        scales = self.rule.scales([sg(z) for z in outputs], sg(y))
+        return relevance_output(y, [(z, c) for z, (_, _, _, c) in zip(outputs, terms, strict=True)], scales)
+
+
+def _first(inputs: Any) -> Any:
+    return keras.tree.flatten(inputs)[0] if isinstance(inputs, list | tuple | dict) else inputs
+
+
+@contextlib.contextmanager
+def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float = 1e-6) -> Iterator[int]:
+    """Install LRP on ``model`` for the block: ``rules`` maps the path of every Dense / Conv layer to its rule.
+
+    Dense / Conv calls compute their rule's terms; a following
+    ``BatchNormalization`` is canonised into them; average pooling and
+    ``Add`` / ``Average`` / ``Subtract`` / ``Rescaling`` get the proportional
+    rule with ``stabilizer``; activations pass relevance through. Everything
+    is restored in ``finally``; yields the number of patched layers.
+
+    Example:
+        >>> from kerascope.core.lrp_rules import Epsilon
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu", name="h"),
+        ...                       keras.layers.Dense(1, name="o")])
+        >>> with lrp_rules(m, {"h": Epsilon(), "o": Epsilon()}) as n:
+        ...     n, "call" in vars(m.get_layer("h"))
+        (2, True)
+        >>> "call" in vars(m.get_layer("h"))
+        False
+    """
+    sites = classify(model, [])  # callers refuse models with problems before installing
+    recorded: dict[int, tuple[Any, keras.Layer, Any]] = {}  # id(linear output) -> (output, layer, input)
+    keep: list[Any] = []  # keeps recorded tensors alive so their ids stay unique
+    count = 0
+    with contextlib.ExitStack() as stack:
+        for path, layer in sites.affine:
+            if path not in rules:
+                continue
+            apply = _Apply(rules[path])
+
+            def affine_call(inputs: Any, *args: Any, __layer: keras.Layer = layer, __apply: _Apply = apply,
+                            **kwargs: Any) -> Any:
+                kernel, bias = _params(__layer)
+                x = keras.ops.convert_to_tensor(inputs)
+                y = affine_function(__layer)(x, kernel, bias)
+                out = __apply(__layer, x, y, kernel, bias)
+                activation = getattr(__layer, "activation", None)
+                if activation is None or getattr(activation, "__name__", "") == "linear":
+                    recorded[id(out)] = (out, __layer, x, __apply)
+                    keep.append(out)
+                    return out
+                return passed(out, activation)
+
+            stack.enter_context(patched_attribute(layer, "call", affine_call))
+            count += 1
+        for _, layer in sites.batchnorm:
+            original = layer.call
+
+            def bn_call(inputs: Any, *args: Any, __layer: keras.Layer = layer, __f: Callable = original,
+                        **kwargs: Any) -> Any:
+                y = __f(inputs, *args, **kwargs)
+                entry = recorded.get(id(inputs))
+                fused = None if entry is None or entry[0] is not inputs else _fused_params(entry[1], __layer, len(inputs.shape))
+                if fused is None:
+                    return passed(inputs, lambda _: y)  # zennit: Pass
+                _, affine, x, apply = entry
+                return apply(affine, x, y, *fused)
+
+            stack.enter_context(patched_attribute(layer, "call", bn_call))
+            count += 1
+        for _, obj in sites.norm:
+            original = obj.call
+
+            def norm_call(*args: Any, __f: Callable = original, **kwargs: Any) -> Any:
+                y = __f(*args, **kwargs)
+                tensors = [t for t in keras.tree.flatten(args) if _is_tensor(t)]
+                ids = {id(t) for t in tensors}
+                modified = keras.tree.map_structure(
+                    lambda t: _modified_input(t, "x") if id(t) in ids else t, list(args))
+                z = __f(*modified, **kwargs)
+                return relevance_output(y, [(z, 1.0)], [1.0 / stabilize(sg(y), stabilizer)])
+
+            stack.enter_context(patched_attribute(obj, "call", norm_call))
+            count += 1
+        for _, obj in sites.activation:
+            original = obj.call
+
+            def act_call(inputs: Any, *args: Any, __f: Callable = original, **kwargs: Any) -> Any:
+                y = __f(inputs, *args, **kwargs)
+                return passed(_first(inputs), lambda _: y)
+
+            stack.enter_context(patched_attribute(obj, "call", act_call))
+            count += 1
+        try:
+            yield count
+        finally:
+            recorded.clear()
+            keep.clear()
+
+
+def _is_tensor(t: Any) -> bool:
+    return hasattr(t, "shape") and hasattr(t, "dtype") and not isinstance(t, np.ndarray | float | int)
+
+
+class LRPBackward:
+    """A backward rule for :meth:`Engine.gradients` (``rule=``): LRP with fixed per-layer rules.
+
+    ``install(model, backend)`` is the context manager the engine enters while
+    tracing. Objects with equal rules are equal (and hash alike), so the engine
+    keeps one compiled function per rule assignment and input signature.
+
+    Example:
+        >>> from kerascope.core.lrp_rules import Epsilon
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, name="o")])
+        >>> with LRPBackward({"o": Epsilon()}).install(m, None) as n:
+        ...     n
+        1
+    """
+
+    def __init__(self, rules: Mapping[str, Rule], stabilizer: float = 1e-6) -> None:
+        self.rules = dict(rules)
+        self.stabilizer = stabilizer
+
+    def install(self, model: keras.Layer, backend: Any) -> contextlib.AbstractContextManager[int]:
+        """Enter to install the rules on ``model`` (``backend`` unused: the rules are plain ``keras.ops``)."""
+        return lrp_rules(model, self.rules, self.stabilizer)
+
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(sorted(self.rules.items(), key=lambda item: item[0])), self.stabilizer
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LRPBackward) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"LRPBackward({self.rules!r})"

@@ -79,7 +79,7 @@ def test_explain_cli_prints_and_records_the_mode(tmp_path, capsys, pictures, res
     err = capsys.readouterr().err
     assert err.count("preprocessing: ") == 1
     assert f"preprocessing: {mode} (" in err
-    assert "layers: gradcam: conv" in err  # the CAM layer chosen automatically, shown after the work
+    assert "layers: gradcam: conv (14x14 positions)" in err  # the CAM layer chosen, and how fine it is
     assert err.index("preprocessing: ") < err.index("layers: ")
 
     summary = json.loads((out / "summary.json").read_text())

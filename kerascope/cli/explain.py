@@ -53,6 +53,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _grid(model: object, path: str) -> str:
+    """`` (8x8 positions)`` for an image layer's output (how fine a CAM can be), else ``""``."""
+    try:
+        from kerascope.core.layers import find_layer
+
+        shape = tuple(find_layer(model, path).output.shape)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - shared or nested layers without one output shape: say nothing
+        return ""
+    return f" ({shape[1]}x{shape[2]} positions)" if len(shape) == 4 and shape[1] and shape[2] else ""
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``explain``; exit code 1 if some images could not be read.
 
@@ -106,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         model_path=args.model,
     )
     if chatty and summary.layers:
-        stderr("layers: " + ", ".join(f"{name}: {path}" for name, path in summary.layers.items()))
+        stderr("layers: " + ", ".join(f"{name}: {path}{_grid(model, path)}" for name, path in summary.layers.items()))
     lines = [f"explained {summary.processed} image(s) with {', '.join(summary.methods)} "
              f"in {summary.seconds:.1f}s -> {summary.report}"]
     lines += [f"could not read {name}: {reason_without_name(name, why)}" for name, why in summary.errors.items()]

@@ -123,7 +123,7 @@ def test_multi_input_model_returns_one_attribution_per_input():
     w = np.arange(10, dtype=np.float32).reshape(5, 2)
     model.get_layer("d").set_weights([w])
     xa, xb = np.ones((2, 3), np.float32), np.ones((2, 2), np.float32)
-    grads = ks.Saliency(model).explain([xa, xb], targets=1).attributions
+    grads = ks.Saliency(model, input_index=[0, 1]).explain([xa, xb], targets=1).attributions
     assert isinstance(grads, list) and len(grads) == 2
     np.testing.assert_allclose(grads[0], np.tile(w[:3, 1], (2, 1)))
     np.testing.assert_allclose(grads[1], np.tile(w[3:, 1], (2, 1)))

@@ -381,14 +381,16 @@ def test_multi_input_and_callable_targets():
     x = keras.layers.Dense(5, activation="relu")(x)
     model = keras.Model([a_in, b_in], keras.layers.Dense(2)(x))
     xa, xb = RNG.normal(size=(3, 3)).astype(np.float32), RNG.normal(size=(3, 2)).astype(np.float32)
-    e = ks.IntegratedGradients(model, steps=64).explain([xa, xb], 1)
+    with pytest.raises(ValueError, match=r"input_index=.*\[0, 1\] for every input"):
+        ks.IntegratedGradients(model, steps=4).explain([xa, xb], 1)  # two float inputs, no image: choose
+    e = ks.IntegratedGradients(model, steps=64, input_index=[0, 1]).explain([xa, xb], 1)
     assert [a.shape for a in e.attributions] == [(3, 3), (3, 2)]
     gap = np.abs(e.scores - e.extras["baseline_scores"])
     assert np.all(np.abs(e.extras["completeness_error"]) <= 0.01 * np.maximum(gap, 1e-2))
     d = ks.DeepLIFT(model).explain([xa, xb], 1)
     np.testing.assert_allclose(d.extras["completeness_error"], 0.0, atol=1e-4)
-    s = ks.SmoothGrad(model, samples=3, noise=0.0).explain([xa, xb], 1)
-    plain = ks.Saliency(model).explain([xa, xb], 1)
+    s = ks.SmoothGrad(model, samples=3, noise=0.0, input_index=["a", "b"]).explain([xa, xb], 1)
+    plain = ks.Saliency(model, input_index=[0, 1]).explain([xa, xb], 1)
     for got, want in zip(s.attributions, plain.attributions, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 

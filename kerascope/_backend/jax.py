@@ -105,7 +105,7 @@ def compile_gradients(
     forward: Forward,
     *,
     input_specs: Specs,
-    wrt_inputs: bool,
+    wrt_inputs: bool | Sequence[int],
     layer_names: Sequence[str],
     weights: Sequence[Any],
     jit_compile: bool = False,
@@ -114,8 +114,9 @@ def compile_gradients(
     """Compile ``forward`` into one ``jax.jit(jax.value_and_grad(...))`` function.
 
     ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
-    the gradient of ``sum(scores)`` is taken w.r.t. the inputs (if
-    ``wrt_inputs``), zero deltas added to the probed layer outputs (the last
+    the gradient of ``sum(scores)`` is taken w.r.t. the inputs (all if
+    ``wrt_inputs`` is True, or the positions it lists), zero deltas added to
+    the probed layer outputs (the last
     call of each layer, as recorded) and ``weights``. ``jit_compile`` is
     ignored: JAX always compiles with XLA.
 
@@ -129,7 +130,8 @@ def compile_gradients(
         [[2.0, 4.0]]
     """
     n_layers = len(layer_names)
-    if wrt_inputs and any(not np.issubdtype(np.dtype(d), np.floating) for _, d in input_specs):
+    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
+    if any(not np.issubdtype(np.dtype(input_specs[i][1]), np.floating) for i in wrt):
         raise ValueError(
             "The target score is not differentiable w.r.t. the model inputs (integer "
             "inputs such as token ids, or a non-differentiable op). For token inputs, "
@@ -163,7 +165,10 @@ def compile_gradients(
         if on_trace is not None:
             on_trace()
 
-        def loss(diff: list[Any], xs: list[Any], deltas: list[Any]) -> tuple[Any, Any]:
+        def loss(diff: list[Any], chosen: list[Any], deltas: list[Any]) -> tuple[Any, Any]:
+            xs = list(inputs)  # the differentiated inputs replaced by the traced arguments
+            for k, i in enumerate(wrt):
+                xs[i] = chosen[k]
             other_iter = iter(other_values)
             values = [
                 diff[weight_index[p]] if p in weight_index else next(other_iter)
@@ -183,18 +188,20 @@ def compile_gradients(
             scores = jnp.asarray(scores, jnp.float32)
             return jnp.sum(scores), (scores, resolved, acts)
 
+        chosen = [inputs[i] for i in wrt]
+
         def shapes_only(xs: list[Any]) -> Any:
             return loss(diff_values, xs, None)[1][2]
 
-        act_shapes = jax.eval_shape(shapes_only, inputs)
+        act_shapes = jax.eval_shape(shapes_only, chosen)
         deltas = [
             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype if jnp.issubdtype(s.dtype, jnp.floating)
                                              else jnp.float32), a)
             for a in act_shapes
         ]
-        argnums = (0, 1, 2) if wrt_inputs else (0, 2)
+        argnums = (0, 1, 2) if wrt else (0, 2)
         (_, (scores, resolved, acts)), grads = jax.value_and_grad(loss, argnums=argnums, has_aux=True)(
-            diff_values, inputs, deltas
+            diff_values, chosen, deltas
         )
         w_grads, d_grads = grads[0], grads[-1]
         f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
@@ -208,7 +215,7 @@ def compile_gradients(
                 for p, shape in zip(positions, weight_shapes)
             ],
         }
-        if wrt_inputs:
+        if wrt:
             out["input_grads"] = [f32(g) for g in grads[1]]
         return out
 

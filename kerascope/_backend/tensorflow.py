@@ -43,7 +43,7 @@ def compile_gradients(
     forward: Forward,
     *,
     input_specs: Sequence[tuple[tuple[int | None, ...], str]],
-    wrt_inputs: bool,
+    wrt_inputs: bool | Sequence[int],
     layer_names: Sequence[str],
     weights: Sequence[Any],
     jit_compile: bool = False,
@@ -53,7 +53,8 @@ def compile_gradients(
 
     ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
     ``transform`` is applied by probes to each probed layer output. The
-    gradient of ``sum(scores)`` is taken w.r.t. the inputs (if ``wrt_inputs``),
+    gradient of ``sum(scores)`` is taken w.r.t. the inputs (all if ``wrt_inputs`` is
+    True, or the input positions it lists),
     the probed activations and ``weights``. Because samples are independent,
     the gradient of the sum gives each sample's own gradient.
 
@@ -72,13 +73,15 @@ def compile_gradients(
         tf.TensorSpec(shape=(None,), dtype=tf.int32),
     ]
     weights = list(weights)
+    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
 
     def step(inputs: list[tf.Tensor], targets: tf.Tensor) -> dict[str, Any]:
         if on_trace is not None:
             on_trace()
+        watched = [inputs[i] for i in wrt]
         with tf.GradientTape() as tape:
-            if wrt_inputs:
-                tape.watch(inputs)
+            if wrt:
+                tape.watch(watched)
 
             def transform(_: int, __: Any, output: Any) -> Any:
                 tape.watch(output)
@@ -87,8 +90,8 @@ def compile_gradients(
             scores, resolved, acts = forward(inputs, targets, transform)
             total = tf.reduce_sum(tf.cast(scores, tf.float32))
         sources = {"acts": acts, "weights": weights}
-        if wrt_inputs:
-            sources["inputs"] = inputs
+        if wrt:
+            sources["inputs"] = watched
         grads = tape.gradient(total, sources)
         for name, grad in zip(layer_names, grads["acts"]):
             if grad is None:
@@ -97,7 +100,7 @@ def compile_gradients(
                     "is no differentiable path from this layer to the score. Received: "
                     f"layer={name!r}. Pick a layer between the inputs and the output."
                 )
-        if wrt_inputs and any(g is None for g in grads["inputs"]):
+        if wrt and any(g is None for g in grads["inputs"]):
             raise ValueError(
                 "The target score is not differentiable w.r.t. the model inputs (integer "
                 "inputs such as token ids, or a non-differentiable op). For token inputs, "
@@ -113,7 +116,7 @@ def compile_gradients(
                 for w, g in zip(weights, grads["weights"])
             ],
         }
-        if wrt_inputs:
+        if wrt:
             out["input_grads"] = [tf.cast(g, tf.float32) for g in grads["inputs"]]
         return out
 

@@ -59,7 +59,7 @@ def compile_gradients(
     forward: Forward,
     *,
     input_specs: Specs,
-    wrt_inputs: bool,
+    wrt_inputs: bool | Sequence[int],
     layer_names: Sequence[str],
     weights: Sequence[Any],
     jit_compile: bool = False,
@@ -67,7 +67,8 @@ def compile_gradients(
 ) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
     """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``.
 
-    Gradients are taken w.r.t. the inputs (if ``wrt_inputs``), the last
+    Gradients are taken w.r.t. the inputs (all if ``wrt_inputs`` is True, or the
+    positions it lists), the last
     output of each probed layer, and ``weights`` (torch tensors). Nothing is
     traced, so ``on_trace`` is called once, on the first call; ``jit_compile``
     is ignored.
@@ -81,7 +82,8 @@ def compile_gradients(
         >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
         [[2.0, 4.0]]
     """
-    if wrt_inputs and any(not np.issubdtype(np.dtype(d), np.floating) for _, d in input_specs):
+    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
+    if any(not np.issubdtype(np.dtype(input_specs[i][1]), np.floating) for i in wrt):
         raise ValueError(
             "The target score is not differentiable w.r.t. the model inputs (integer "
             "inputs such as token ids, or a non-differentiable op). For token inputs, "
@@ -96,8 +98,8 @@ def compile_gradients(
             if on_trace is not None:
                 on_trace()
         xs = [_tensor(x) for x in inputs]
-        if wrt_inputs:
-            xs = [x.requires_grad_(True) for x in xs]
+        for i in wrt:
+            xs[i] = xs[i].requires_grad_(True)
 
         def transform(_: int, __: Any, output: Any) -> Any:
             def keep(t: Any) -> Any:
@@ -111,9 +113,9 @@ def compile_gradients(
             scores, resolved, acts = forward(xs, _tensor(np.asarray(targets, np.int32)), transform)
             total = scores.to(torch.float32).sum()
             flat_acts = [keras.tree.flatten(a) for a in acts]
-            sources = (xs if wrt_inputs else []) + [t for leaves in flat_acts for t in leaves] + weights
+            sources = [xs[i] for i in wrt] + [t for leaves in flat_acts for t in leaves] + weights
             grads = list(torch.autograd.grad(total, sources, allow_unused=True)) if sources else []
-        input_grads = grads[: len(xs)] if wrt_inputs else []
+        input_grads = grads[: len(wrt)]
         rest = grads[len(input_grads):]
         layer_grads = []
         for name, act, leaves in zip(layer_names, acts, flat_acts):
@@ -126,7 +128,7 @@ def compile_gradients(
                 )
             got = [torch.zeros_like(t) if g is None else g for g, t in zip(got, leaves)]
             layer_grads.append(keras.tree.pack_sequence_as(act, got))
-        if wrt_inputs and any(g is None for g in input_grads):
+        if any(g is None for g in input_grads):
             raise ValueError(
                 "The target score is not differentiable w.r.t. the model inputs (integer "
                 "inputs such as token ids, or a non-differentiable op). For token inputs, "
@@ -142,7 +144,7 @@ def compile_gradients(
                 for w, g in zip(weights, rest)
             ],
         }
-        if wrt_inputs:
+        if wrt:
             out["input_grads"] = [_f32(g) for g in input_grads]
         return _to_numpy(out)
 

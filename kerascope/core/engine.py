@@ -61,7 +61,8 @@ ChunkScorer = Callable[..., tuple[np.ndarray, np.ndarray]]
 class GradientResult:
     """What one engine call returns, as numpy, in the order it was asked for.
 
-    ``input_grads`` has one array per model input; ``activations`` and
+    ``input_grads`` has one array per differentiated input (every model input,
+    or those listed in ``wrt_inputs``, in that order); ``activations`` and
     ``layer_grads`` one per requested layer; ``weight_grads`` one per
     requested variable (the gradient of the *sum* of the samples' scores).
 
@@ -415,7 +416,7 @@ class Engine:
         self,
         inputs: Inputs,
         layers: tuple[keras.Layer, ...],
-        wrt_inputs: bool,
+        wrt_inputs: tuple[int, ...],
         weights: tuple[Any, ...],
         rule: str | None,
         target_fn: Callable | None,
@@ -463,7 +464,7 @@ class Engine:
         targets: Any = None,
         *,
         layers: Sequence[str | keras.Layer] = (),
-        wrt_inputs: bool = True,
+        wrt_inputs: bool | Sequence[int] = True,
         weights: Sequence[Any] = (),
         rule: str | None = None,
         replace: Sequence[np.ndarray] = (),
@@ -476,7 +477,9 @@ class Engine:
             inputs: array, list or dict of arrays with a leading batch axis.
             targets: int, list of ints, None (predicted class) or callable.
             layers: layers (paths or objects) to record activations and gradients at.
-            wrt_inputs: also return gradients w.r.t. the inputs.
+            wrt_inputs: also return gradients w.r.t. the inputs: ``True`` every model input,
+                ``False`` none, or a sequence of input positions (e.g. ``[1]``: only the second
+                input; the others, token ids for instance, are held fixed and need no gradient).
             weights: variables to differentiate w.r.t. (gradient of the summed score).
             rule: ``None``, ``"guided"``, ``"deconvnet"`` or ``"deeplift"`` backward rule for
                 ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references), or
@@ -516,20 +519,28 @@ class Engine:
                 f"{prepared.num_samples} samples."
             )
         replace_specs = tuple((r.shape, r.dtype.name) for r in replace)
+        count = len(prepared.arrays)
+        wrt = tuple(range(count) if wrt_inputs is True else () if wrt_inputs is False else wrt_inputs)
+        if any(not isinstance(i, (int, np.integer)) or not 0 <= i < count for i in wrt) or len(set(wrt)) < len(wrt):
+            raise ValueError(
+                f"`wrt_inputs` must be True, False or distinct input positions in [0, {count}). "
+                f"Received: wrt_inputs={wrt_inputs!r}."
+            )
+        wrt = tuple(int(i) for i in wrt)
         prepared, indices, target_fn = self.prepare(prepared, targets)
         key = (
-            resolved_layers, wrt_inputs, tuple(id(w) for w in weights), rule, target_fn,
+            resolved_layers, wrt, tuple(id(w) for w in weights), rule, target_fn,
             _signature(prepared), tuple((s[1:], d) for s, d in replace_specs),
         )
         fn = self._compiled.get(key)
         if fn is None:
-            fn = self._build(prepared, resolved_layers, wrt_inputs, tuple(weights), rule, target_fn, replace_specs)
+            fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs)
             self._compiled[key] = fn
         parts: list[dict[str, Any]] = []
         with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
             for part, arrays in prepared.chunks(batch_size):
                 parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
-        result = _merge(parts, wrt_inputs)
+        result = _merge(parts, bool(wrt))
         self._check_saturation(result.scores, prepared, result.input_grads)
         _check_finite(result)
         return result

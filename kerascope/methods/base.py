@@ -153,6 +153,20 @@ class Method:
             extras=extras,
         )
 
+    def _input_result(
+        self, inputs: Inputs, wrt: list[int], attributions: list[Any], scores: Any, targets: Any, **extras: Any
+    ) -> Explanation:
+        """Attributions of the inputs at positions ``wrt``: one array for one input, every input in the
+        user's structure, else a list in ``wrt`` order; ``extras["input_index"]`` on multi-input models."""
+        if len(inputs.arrays) > 1:
+            extras["input_index"] = np.asarray(wrt)
+        if len(wrt) == 1 or list(wrt) == list(range(len(inputs.arrays))):
+            return self._result(inputs, attributions, scores, targets, **extras)
+        return Explanation(
+            attributions=list(attributions), method=self.name, params=self.params(), targets=targets,
+            scores=scores, extras=extras,
+        )
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({params})"

@@ -382,10 +382,11 @@ class GuidedGradCAM(CAM):
         refuse_token_ids(inputs, index, "GuidedGradCAM", "guided backpropagation differentiates the input")
         cams, result, layer = self.maps(inputs, targets)
         cams = result.layout.upsample(cams)
-        guided = self.engine.gradients(
-            inputs, result.targets, rule="guided", batch_size=self.batch_size, progress=self.progress
+        guided = self.engine.gradients(  # only the chosen input: others (e.g. token ids) need no gradient
+            inputs, result.targets, wrt_inputs=[index], rule="guided", batch_size=self.batch_size,
+            progress=self.progress,
         )
-        grads = np.asarray(guided.input_grads[index])
+        grads = np.asarray(guided.input_grads[0])
         attributions = grads * cams.reshape(cams.shape + (1,) * (grads.ndim - cams.ndim))
         return self._result(
             inputs, [attributions], result.scores, result.targets, layer=self.engine.path_of(layer)

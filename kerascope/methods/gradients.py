@@ -10,6 +10,7 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer
+from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 
@@ -23,6 +24,13 @@ class LayerMethod(Method):
     the last (embedding / channel) axis, e.g. one value per token ``(N, T)``.
     Subclasses implement :meth:`_explain_at`.
 
+    ``input_index=`` (multi-input models; a position, an input name or a list of
+    them) chooses the input(s) attributed; the others are held at their values.
+    Default: the only image-like input, else the only float input, else an
+    error asking to choose (see :func:`kerascope.methods._input_choice.gradient_inputs`).
+    Attributions are one array for one chosen input, else a list in that order
+    (all inputs: the inputs' own structure); ``extras["input_index"]`` lists them.
+
     Example:
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="h"), keras.layers.Dense(2)])
@@ -33,12 +41,23 @@ class LayerMethod(Method):
     #: ``layer=`` here means "attribute at this layer" (not a CAM feature-map layer).
     layer_attribution: bool = True
 
-    def __init__(self, model: keras.Layer, *, layer: Any = None, **kwargs: Any) -> None:
+    def __init__(self, model: keras.Layer, *, layer: Any = None, input_index: Any = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         self._layer = None
         self.layer = None
         if layer is not None:
             self._layer, self.layer = _layer.resolve(self.engine, layer)
+            if input_index is not None:
+                raise ValueError(
+                    "`input_index=` chooses the model input to attribute; with `layer=` the attributions are "
+                    f"at that layer's output. Received: layer={layer!r}, input_index={input_index!r}. "
+                    "Pass one of them."
+                )
+        self.input_index = input_index
+
+    def _wrt(self, inputs: Inputs) -> list[int]:
+        """The positions of the inputs attributed (see ``input_index``)."""
+        return gradient_inputs(self.model, inputs, self.input_index)
 
     def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
         """Explain with the layer's output replaced by ``values`` (``None``: its real output)."""
@@ -97,11 +116,12 @@ class Saliency(LayerMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         if self._layer is not None:
             return self._explain_at(inputs, None, targets)
+        wrt = self._wrt(inputs)
         result = self.engine.gradients(
-            inputs, targets, rule=self.rule, batch_size=self.batch_size, progress=self.progress
+            inputs, targets, wrt_inputs=wrt, rule=self.rule, batch_size=self.batch_size, progress=self.progress
         )
-        grads = [self._combine(g, x) for g, x in zip(result.input_grads, inputs.arrays)]
-        return self._result(inputs, grads, result.scores, result.targets)
+        grads = [self._combine(g, inputs.arrays[i]) for g, i in zip(result.input_grads, wrt, strict=True)]
+        return self._input_result(inputs, wrt, grads, result.scores, result.targets)
 
     def _combine(self, grad: np.ndarray, x: np.ndarray) -> np.ndarray:
         return np.abs(grad) if self.absolute else grad

@@ -151,6 +151,10 @@ class PathMethod(LayerMethod):
     see the real inputs).
     """
 
+    def _ends(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
+        """What the path ends at: the attributed inputs (``input_index``), or the layer's activations."""
+        return [inputs.arrays[i] for i in self._wrt(inputs)] if values is None else [values]
+
     def _integrate(
         self, inputs: Inputs, targets: Any, resolved: np.ndarray, count: int, path_rows: Callable,
         row_scores: np.ndarray | None = None, values: np.ndarray | None = None,
@@ -159,7 +163,7 @@ class PathMethod(LayerMethod):
         returns ``(owners, weights, baselines per input, alphas)`` for a chunk of rows. The target
         score of every row is written to ``row_scores`` (``(n, count)``) when given. ``values``:
         the layer's activations (layer attribution; then one baseline, at the layer)."""
-        ends = inputs.arrays if values is None else [values]
+        ends = self._ends(inputs, values)
         totals = [np.zeros(a.shape, np.float64) for a in ends]
         chunks = self._path_chunks(inputs, targets, resolved, inputs.num_samples * count, path_rows, values)
         for rows, owners, weights, products, scores in chunks:
@@ -175,7 +179,7 @@ class PathMethod(LayerMethod):
     ) -> Any:
         """Yield ``(rows, owners, weights, (x - b) * gradient per input, target scores)`` per chunk
         of ``chunk`` rows (default ``batch_size``)."""
-        ends = inputs.arrays if values is None else [values]
+        ends = self._ends(inputs, values)
         for rows in chunk_ranges(total_rows, chunk or self.batch_size):
             owners, weights, baselines, alphas = path_rows(rows)
             points, deltas = [], []
@@ -184,10 +188,12 @@ class PathMethod(LayerMethod):
                 alpha = alphas.reshape((-1,) + (1,) * (array.ndim - 1)).astype(np.float32)
                 points.append(base + alpha * (x - base))
                 deltas.append(x.astype(np.float64) - base)
-            if values is None:
+            if values is None:  # the attributed inputs move along the path, the others keep their values
+                wrt = self._wrt(inputs)
                 result = self.engine.gradients(
-                    Inputs(inputs.model_arg(points)),
+                    Inputs(inputs.model_arg(_substitute(inputs, owners, wrt, points))),
                     row_targets(targets, resolved, owners),
+                    wrt_inputs=wrt,
                     batch_size=self.batch_size,
                 )
                 grads = result.input_grads
@@ -198,6 +204,32 @@ class PathMethod(LayerMethod):
                 )
                 grads = result.layer_grads
             yield rows, owners, weights, [g * d for g, d in zip(grads, deltas, strict=True)], result.scores
+
+
+def _substitute(inputs: Inputs, owners: np.ndarray, wrt: list[int], values: list[np.ndarray]) -> list[np.ndarray]:
+    """The rows ``owners`` of every model input, the inputs at ``wrt`` replaced by ``values``."""
+    arrays = [a[owners] for a in inputs.arrays]
+    for i, value in zip(wrt, values, strict=True):
+        arrays[i] = value
+    return arrays
+
+
+def _chosen_baselines(baseline: Any, inputs: Inputs, wrt: list[int]) -> Any:
+    """The baseline spec of the attributed inputs: a list / dict with one entry per model input is
+    narrowed to ``wrt``; anything else applies to the attributed input(s)."""
+    count = len(inputs.arrays)
+    if isinstance(baseline, dict):  # by input name, else in the model inputs' order
+        names = inputs.keys if inputs.kind == "dict" else None
+        if names is not None and all(names[i] in baseline for i in wrt):
+            picked = [baseline[names[i]] for i in wrt]
+        else:
+            picked = list(baseline.values())
+            picked = [picked[i] for i in wrt] if len(picked) == count else picked
+        return picked if len(picked) > 1 else picked[0]
+    if isinstance(baseline, (list, tuple)) and count > 1 and len(baseline) == count:
+        picked = [baseline[i] for i in wrt]
+        return picked if len(wrt) > 1 else picked[0]
+    return baseline
 
 
 @register
@@ -239,8 +271,12 @@ class IntegratedGradients(PathMethod):
             names the samples that did not converge within it).
 
     ``Explanation.extras`` holds ``completeness_error`` (per sample,
-    ``sum(attributions) - (f(x) - f(baseline))``, summed over all model
-    inputs) and ``baseline_scores``. Cost: ``steps`` forward+backward passes
+    ``sum(attributions) - (f(x) - f(baseline))``, summed over the attributed
+    inputs; on a multi-input model the others keep their values in
+    ``f(baseline)``) and ``baseline_scores``. ``input_index=`` chooses the
+    attributed input(s) of a multi-input model (see
+    :class:`~kerascope.methods.gradients.LayerMethod`); a list / dict
+    ``baseline`` with one entry per model input is narrowed to them. Cost: ``steps`` forward+backward passes
     per input plus a forward pass at the input and one at the baseline, each
     skipped when the quadrature already evaluates that end of the path
     (``riemann_trapezoid`` both, ``riemann_left`` / ``riemann_right`` one;
@@ -308,7 +344,9 @@ class IntegratedGradients(PathMethod):
 
     def _baselines(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
         if values is None:
-            return resolve_baselines(self.baseline, inputs, self.blur_sigma)
+            wrt = self._wrt(inputs)
+            chosen = Inputs([inputs.arrays[i] for i in wrt])
+            return resolve_baselines(_chosen_baselines(self.baseline, inputs, wrt), chosen, self.blur_sigma)
         return [_layer.baseline_values(self.baseline, self.engine, inputs, self._layer, values, self.batch_size)]
 
     def _end_scores(
@@ -319,7 +357,8 @@ class IntegratedGradients(PathMethod):
         if at_baseline is not None:
             targets = targets if callable(targets) else resolved
         if values is None:
-            arg = inputs if at_baseline is None else Inputs(inputs.model_arg(at_baseline))
+            arg = inputs if at_baseline is None else Inputs(inputs.model_arg(
+                _substitute(inputs, np.arange(inputs.num_samples), self._wrt(inputs), at_baseline)))
             return forward_scores(self.engine, arg, targets, self.batch_size)
         return self._layer_scores(inputs, targets, values if at_baseline is None else at_baseline[0])
 
@@ -358,8 +397,9 @@ class IntegratedGradients(PathMethod):
             return self._layer_result(
                 inputs, attributions[0], scores, resolved, completeness_error=error, baseline_scores=base_scores
             )
-        return self._result(
-            inputs, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
+        return self._input_result(
+            inputs, self._wrt(inputs), attributions, scores, resolved, completeness_error=error,
+            baseline_scores=base_scores,
         )
 
     def _run_to_tolerance(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
@@ -371,7 +411,7 @@ class IntegratedGradients(PathMethod):
         """
         closed = self.method == "riemann_trapezoid"
         baselines = self._baselines(inputs, values)
-        ends = inputs.arrays if values is None else [values]
+        ends = self._ends(inputs, values)
         n = inputs.num_samples
         if closed and targets is not None:  # f(x) and f(b) come from the alpha = 1 and 0 rows
             scores = np.zeros(n)
@@ -471,7 +511,7 @@ class IntegratedGradients(PathMethod):
         }
         if values is not None:
             return self._layer_result(inputs, attributions[0], scores.astype(np.float32), resolved, **extras)
-        return self._result(inputs, attributions, scores.astype(np.float32), resolved, **extras)
+        return self._input_result(inputs, self._wrt(inputs), attributions, scores.astype(np.float32), resolved, **extras)
 
     def _layer_scores(self, inputs: Inputs, targets: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scores with the layer's output replaced by ``values`` (and the resolved targets)."""
@@ -517,7 +557,8 @@ class ExpectedGradients(PathMethod):
     Args:
         samples: draws (baseline, alpha) per input (default 50; with ``tolerance=``, the first round, default 32).
         baseline: background array ``(M, ...)`` (for multi-input models a
-            list / dict of them, with the same ``M``); default: one all-zeros
+            list / dict of them with the same ``M``, one per model input or per
+            input chosen with ``input_index=``); default: one all-zeros
             baseline. With ``layer=``: activations ``(M, *layer_shape)`` or
             model inputs ``(M, ...)`` (e.g. token ids) whose activations are used.
         layer: attribute at this layer's output (see :class:`IntegratedGradients`).
@@ -571,13 +612,15 @@ class ExpectedGradients(PathMethod):
         self.tolerance = None if tolerance is None else float(tolerance)
         self.max_samples = max_samples
 
-    def _background(self, inputs: Inputs) -> list[np.ndarray]:
+    def _background(self, inputs: Inputs, wrt: list[int] | None = None) -> list[np.ndarray]:
+        """One background array per attributed input (``wrt``; default: every input)."""
+        wrt = list(range(len(inputs.arrays))) if wrt is None else wrt
+        chosen = Inputs([inputs.arrays[i] for i in wrt])
         if self.baseline is None:
-            return [np.zeros((1, *a.shape[1:]), np.float32) for a in inputs.arrays]
-        given = self.baseline
-        if isinstance(given, dict):
-            given = [given[k] for k in inputs.keys] if inputs.kind == "dict" else list(given.values())
-        elif not (isinstance(given, (list, tuple)) and len(inputs.arrays) > 1):
+            return [np.zeros((1, *a.shape[1:]), np.float32) for a in chosen.arrays]
+        given = _chosen_baselines(self.baseline, inputs, wrt)
+        inputs = chosen
+        if not (isinstance(given, (list, tuple)) and len(inputs.arrays) > 1):
             given = [given]
         background = [np.asarray(b, np.float32) for b in given]
         if len(background) != len(inputs.arrays):
@@ -610,7 +653,7 @@ class ExpectedGradients(PathMethod):
     def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
         """At the inputs (``values=None``) or at the layer: the background is then activations."""
         if values is None:
-            background = self._background(inputs)
+            background = self._background(inputs, self._wrt(inputs))
         else:
             background = [_layer.baseline_values(
                 self.baseline, self.engine, inputs, self._layer, values, self.batch_size, background=True)]
@@ -631,7 +674,9 @@ class ExpectedGradients(PathMethod):
             return self._layer_result(
                 inputs, attributions[0], scores, resolved, baseline_indices=choice, alphas=alphas
             )
-        return self._result(inputs, attributions, scores, resolved, baseline_indices=choice, alphas=alphas)
+        return self._input_result(
+            inputs, self._wrt(inputs), attributions, scores, resolved, baseline_indices=choice, alphas=alphas
+        )
 
     def _run_to_tolerance(
         self, inputs: Inputs, targets: Any, values: np.ndarray | None, background: list[np.ndarray]
@@ -639,7 +684,7 @@ class ExpectedGradients(PathMethod):
         """Antithetic draws, ``(b, alpha)`` and ``(b, 1 - alpha)``, in rounds of pairs until every
         sample's estimated noise fraction is ``<= tolerance`` (as the noise wrappers)."""
         n = inputs.num_samples
-        ends = inputs.arrays if values is None else [values]
+        ends = self._ends(inputs, values)
         offsets = np.cumsum([0, *[int(np.prod(a.shape[1:])) for a in ends]])
         count = len(background[0])
         # one item per pair: (u, alpha), both uniform, drawn row by row so that an item depends only on
@@ -680,7 +725,7 @@ class ExpectedGradients(PathMethod):
         extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
         if values is not None:
             return self._layer_result(inputs, attributions[0], scores, resolved, **extras)
-        return self._result(inputs, attributions, scores, resolved, **extras)
+        return self._input_result(inputs, self._wrt(inputs), attributions, scores, resolved, **extras)
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (the background reported by its shape).

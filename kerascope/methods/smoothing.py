@@ -38,12 +38,19 @@ from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_ranges
 
 
-def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any = None) -> Method:
+def _make_base(
+    model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any = None, input_index: Any = None
+) -> Method:
     if isinstance(base, Method):
         if base.model is not model:
             raise ValueError(
                 "The base method explains a different model. Received: base="
                 f"{base!r} for model {base.model.name!r}; expected a method built on {model.name!r}."
+            )
+        if input_index is not None and getattr(base, "input_index", None) != input_index:
+            raise ValueError(
+                "With `input_index=`, the base method must attribute the same input. Received: "
+                f"input_index={input_index!r}, base={base!r}. Build the base with `input_index={input_index!r}`."
             )
         if layer is not None and base.params().get("layer") is None:
             raise ValueError(
@@ -63,7 +70,15 @@ def _make_base(model: keras.Layer, base: Any, kwargs: dict[str, Any], layer: Any
             f"GradientXInput, IntegratedGradients, ExpectedGradients, ...). Received: base={base!r}, "
             f"layer={layer!r}."
         )
-    return registry.build(spec, model, {"layer": layer} if layer is not None else None, common)
+    if input_index is not None and "input_index" not in registry.accepted_parameters(spec):
+        raise TypeError(
+            f"`input_index=` on a noise wrapper needs a base method that chooses inputs (Saliency, "
+            f"GradientXInput, IntegratedGradients, ...). Received: base={base!r}, input_index={input_index!r}."
+        )
+    params = {"layer": layer} if layer is not None else {}
+    if input_index is not None:
+        params["input_index"] = input_index
+    return registry.build(spec, model, params or None, common)
 
 
 class NoiseWrapper(Method):
@@ -99,6 +114,11 @@ class NoiseWrapper(Method):
             ``extras["samples"]`` and ``extras["estimated_error"]`` record it per sample.
         max_samples: the most samples per input with ``tolerance=`` (a
             ``RuntimeWarning`` names the samples that did not converge).
+        input_index: multi-input models: the input(s) noised and attributed (a
+            position, a name or a list; default: the only image-like input,
+            see :class:`~kerascope.methods.gradients.LayerMethod`); the others
+            are held fixed. Bases that attribute every input (DeepLIFT) noise
+            every float input.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -125,6 +145,7 @@ class NoiseWrapper(Method):
         layer: Any = None,
         tolerance: float | None = None,
         max_samples: int = 1024,
+        input_index: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
@@ -143,7 +164,8 @@ class NoiseWrapper(Method):
         self.seed = seed
         self.tolerance = None if tolerance is None else float(tolerance)
         self.max_samples = max_samples
-        self._base = _make_base(model, base, kwargs, layer)
+        self._base = _make_base(model, base, kwargs, layer, input_index)
+        self.input_index = getattr(self._base, "input_index", None)
         self.base = self._base.name
         self._layer = getattr(self._base, "_layer", None)
         self.layer = getattr(self._base, "layer", None)
@@ -154,21 +176,25 @@ class NoiseWrapper(Method):
         if self._layer is not None:
             return self._explain_layer(inputs, targets)
         n, s = inputs.num_samples, self.samples
+        # the inputs the base attributes (its input_index), else (DeepLIFT) every input, float ones noised
+        chooses = hasattr(self._base, "_wrt")
+        wrt = self._base._wrt(inputs) if chooses else list(range(len(inputs.arrays)))
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-        floating = [np.issubdtype(a.dtype, np.floating) for a in inputs.arrays]
+        noised = [k in wrt and np.issubdtype(a.dtype, np.floating) for k, a in enumerate(inputs.arrays)]
         sigmas = [
             self.noise * (a.reshape(n, -1).max(axis=1) - a.reshape(n, -1).min(axis=1)) if f else None
-            for a, f in zip(inputs.arrays, floating, strict=True)
+            for a, f in zip(inputs.arrays, noised, strict=True)
         ]
-        sizes = [int(np.prod(a.shape[1:])) for a in inputs.arrays]
+        # only noised inputs take noise from the stream, so an input gets the same noise at any position
+        sizes = [int(np.prod(a.shape[1:])) if f else 0 for a, f in zip(inputs.arrays, noised, strict=True)]
         offsets = np.cumsum([0, *sizes])
-        # One item = the standard-normal noise for every model input, flattened and concatenated.
+        # One item = the standard-normal noise for every noised model input, flattened and concatenated.
         # float32 draws: the noise is added to float32 inputs anyway, and they cost less to make.
         stream = Stream(
             self.seed, lambda rng, count: rng.standard_normal((count, int(offsets[-1])), dtype=np.float32)
         )
-        total = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
-        squares = [np.zeros(a.shape, np.float64) for a in inputs.arrays] if self.uses_squares else None
+        total = [np.zeros(inputs.arrays[k].shape, np.float64) for k in wrt]
+        squares = [np.zeros(inputs.arrays[k].shape, np.float64) for k in wrt] if self.uses_squares else None
         # Rows are noise-sample major: row r is noise sample r // n of input r % n.
         for rows in chunk_ranges(n * s, self.batch_size):
             owners, draws = rows % n, rows // n
@@ -192,7 +218,9 @@ class NoiseWrapper(Method):
             self._reduce(t / s, None if squares is None else squares[k] / s).astype(np.float32)
             for k, t in enumerate(total)
         ]
-        return self._result(inputs, attributions, scores, resolved)
+        if not chooses:
+            return self._result(inputs, attributions, scores, resolved)
+        return self._input_result(inputs, wrt, attributions, scores, resolved)
 
     def _explain_layer(self, inputs: Inputs, targets: Any) -> Explanation:
         """``layer=``: the noise is added to the layer's activation (its output is replaced by the
@@ -228,21 +256,25 @@ class NoiseWrapper(Method):
         fraction (:class:`~kerascope.methods._convergence.PairMoments`) is ``<= tolerance``."""
         n = inputs.num_samples
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        chooses = self._layer is None and hasattr(self._base, "_wrt")
         if self._layer is not None:
             ends = [_layer.activations(self.engine, inputs, self._layer, self.batch_size)]
         else:
             ends = inputs.arrays
-        floating = [np.issubdtype(a.dtype, np.floating) for a in ends]
+        # attributed: the base's chosen inputs (input_index), else every input; noised: those with float values
+        wrt = self._base._wrt(inputs) if chooses else list(range(len(ends)))
+        noised = [k in wrt and np.issubdtype(a.dtype, np.floating) for k, a in enumerate(ends)]
         sigmas = [
             (self.noise * (a.reshape(n, -1).max(axis=1) - a.reshape(n, -1).min(axis=1))).astype(np.float32)
-            if f else None for a, f in zip(ends, floating, strict=True)
+            if f else None for a, f in zip(ends, noised, strict=True)
         ]
-        sizes = [int(np.prod(a.shape[1:])) for a in ends]
+        sizes = [int(np.prod(a.shape[1:])) if f else 0 for a, f in zip(ends, noised, strict=True)]
         offsets = np.cumsum([0, *sizes])
-        stream = Stream(  # one item per pair: standard-normal noise for every input, concatenated
+        stream = Stream(  # one item per pair: standard-normal noise for every noised input, concatenated
             self.seed, lambda rng, count: rng.standard_normal((count, int(offsets[-1])), dtype=np.float32)
         )
-        moments = PairMoments((n, int(offsets[-1])), self.statistic)
+        spans = np.cumsum([0, *(int(np.prod(ends[k].shape[1:])) for k in wrt)])
+        moments = PairMoments((n, int(spans[-1])), self.statistic)
         rows_per_chunk = max(2, self.batch_size - self.batch_size % 2)
         active, done, cap = np.arange(n), 0, self.max_samples // 2
         target = max(2, self.samples // 2)
@@ -277,7 +309,7 @@ class NoiseWrapper(Method):
                                "noise fraction")
         value = moments.value()
         attributions = [
-            value[:, offsets[k]: offsets[k + 1]].reshape(a.shape).astype(np.float32) for k, a in enumerate(ends)
+            value[:, spans[j]: spans[j + 1]].reshape(ends[k].shape).astype(np.float32) for j, k in enumerate(wrt)
         ]
         extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
         if self._layer is not None:
@@ -285,7 +317,9 @@ class NoiseWrapper(Method):
                 attributions=attributions[0], method=self.name, params=self.params(), targets=resolved,
                 scores=scores, layer=self.layer, extras={"attributed_at": "layer", **extras},
             )
-        return self._result(inputs, attributions, scores, resolved, **extras)
+        if not chooses:
+            return self._result(inputs, attributions, scores, resolved, **extras)
+        return self._input_result(inputs, wrt, attributions, scores, resolved, **extras)
 
     def _reduce(self, mean: np.ndarray, mean_of_squares: np.ndarray | None) -> np.ndarray:
         return mean

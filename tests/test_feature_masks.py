@@ -280,5 +280,9 @@ def test_occlusion_and_rise_input_index():
     f = [model.predict([img * m[None, :, :, None], tab], verbose=0)[:, 0] for m in masks]
     expected = sum(fm[:, None, None] * m[None] for fm, m in zip(f, masks)) / (8 * 0.5)
     np.testing.assert_allclose(rise.attributions, expected, rtol=1e-4, atol=1e-5)
+    # default: the only image-like input, the other kept fixed
+    np.testing.assert_allclose(ks.Occlusion(model, window=6).explain([img, tab], 0).attributions, occ_img.attributions)
+    c_in = keras.Input((2,))
+    tables = keras.Model([b_in, c_in], keras.layers.Dense(2)(keras.layers.Concatenate()([b_in, c_in])))
     with pytest.raises(ValueError, match="input_index"):
-        ks.Occlusion(model, window=1).explain([img, tab], 0)
+        ks.Occlusion(tables, window=1).explain([tab, tab], 0)

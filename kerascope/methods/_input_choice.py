@@ -16,6 +16,7 @@ import numpy as np
 
 from kerascope.core.inputs import Inputs
 from kerascope.core.spatial import choose_input, input_names, is_image
+from kerascope.methods.base import UnsupportedModelError
 
 
 def _describe(model: keras.Layer, inputs: Inputs) -> str:
@@ -46,7 +47,7 @@ def gradient_inputs(model: keras.Layer, inputs: Inputs, input_index: Any = None)
     count = len(inputs.arrays)
     if input_index is None:
         if count == 1:
-            return [0]
+            return [_differentiable(inputs, 0, input_index)]
         floats = [i for i, a in enumerate(inputs.arrays) if np.issubdtype(a.dtype, np.floating)]
         images = [i for i in floats if is_image(inputs.arrays[i])]
         if len(images) == 1:
@@ -67,11 +68,17 @@ def gradient_inputs(model: keras.Layer, inputs: Inputs, input_index: Any = None)
             f"`input_index` must name distinct inputs. Received: input_index={input_index!r}. "
             f"Inputs: {_describe(model, inputs)}."
         )
-    for i in chosen:
-        if not np.issubdtype(inputs.arrays[i].dtype, np.floating):
-            raise ValueError(
-                f"Input {i} holds {inputs.arrays[i].dtype} values (token ids?), which have no gradient. "
-                f"Received: input_index={input_index!r}. Attribute at the layer that embeds them with "
-                "`layer=` (e.g. layer='embedding'), or choose a float input."
-            )
-    return chosen
+    return [_differentiable(inputs, i, input_index) for i in chosen]
+
+
+def _differentiable(inputs: Inputs, i: int, input_index: Any) -> int:
+    array = inputs.arrays[i]
+    if not np.issubdtype(array.dtype, np.floating):
+        raise UnsupportedModelError(
+            f"Gradient methods do not apply to integer inputs (token ids): they have no gradient. Received: "
+            f"input {i} of dtype {array.dtype} and shape {array.shape}, input_index={input_index!r}. Attribute "
+            "at the layer that embeds them with `layer=` (e.g. layer='embedding'; Explanation.per_position() "
+            "then gives one value per token), choose a float input, or use FeatureAblation / KernelSHAP, which "
+            "replace tokens by a pad id."
+        )
+    return i

@@ -15,6 +15,7 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.spatial import choose_input
 from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
@@ -22,18 +23,12 @@ from kerascope.numeric.chunking import chunk_ranges
 from kerascope.numeric.resize import interpolation_matrix
 
 
-def _chosen_input(inputs: Inputs, method: str, input_index: int | None) -> tuple[int, np.ndarray]:
-    count = len(inputs.arrays)
-    if input_index is None and count != 1:
-        raise ValueError(
-            f"{method} perturbs one input; this model takes {count}. Received: input_index=None. "
-            f"Pass input_index= (0 .. {count - 1}) to choose the input to perturb."
-        )
-    index = 0 if input_index is None else input_index
-    if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < count:
-        raise ValueError(
-            f"`input_index` must be an input position in [0, {count}). Received: input_index={input_index!r}."
-        )
+def _chosen_input(
+    model: keras.Layer, inputs: Inputs, method: str, input_index: int | str | None
+) -> tuple[int, np.ndarray]:
+    """The perturbed input: ``input_index`` (a position or a name), by default the only input or the
+    only image-like one (:func:`kerascope.core.spatial.choose_input`); the others are kept fixed."""
+    index = choose_input(model, inputs, input_index)
     array = inputs.arrays[index]
     if not np.issubdtype(array.dtype, np.floating):
         raise ValueError(
@@ -96,7 +91,8 @@ class Occlusion(Method):
         stride: step between windows, likewise; default: the window (no overlap).
         baseline: value written into the window: a number or an array of one
             sample's shape.
-        input_index: which input of a multi-input model to occlude (required there).
+        input_index: which input of a multi-input model to occlude (a position or an input name;
+            default: the only image-like input, else an error asking to choose).
 
     Cost: one forward pass per window position per input, plus one.
 
@@ -119,7 +115,7 @@ class Occlusion(Method):
         window: int | tuple[int, ...] = 8,
         stride: int | tuple[int, ...] | None = None,
         baseline: float | np.ndarray = 0.0,
-        input_index: int | None = None,
+        input_index: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
@@ -143,7 +139,7 @@ class Occlusion(Method):
         return params
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        which, x = _chosen_input(inputs, "Occlusion", self.input_index)
+        which, x = _chosen_input(self.model, inputs, "Occlusion", self.input_index)
         n = len(x)
         channels = x.ndim >= 3
         spatial = x.shape[1:-1] if channels else x.shape[1:]
@@ -264,7 +260,8 @@ class RISE(Method):
         cell: grid cells per side (the paper's ``s``; an int or ``(h, w)``).
         p: probability that a grid cell is kept.
         seed: seed of the numpy mask generator (``None``: fresh masks each call).
-        input_index: which input of a multi-input model to mask (required there).
+        input_index: which input of a multi-input model to mask (a position or an input name;
+            default: the only image-like input, else an error asking to choose).
 
     Cost: ``masks`` forward passes per image, plus one.
 
@@ -288,7 +285,7 @@ class RISE(Method):
         p: float = 0.5,
         seed: int | None = 0,
         output: str = "probabilities",
-        input_index: int | None = None,
+        input_index: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, output=output, **kwargs)
@@ -304,7 +301,7 @@ class RISE(Method):
         self.input_index = input_index
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        index, x = _chosen_input(inputs, "RISE", self.input_index)
+        index, x = _chosen_input(self.model, inputs, "RISE", self.input_index)
         if x.ndim != 4:
             raise ValueError(
                 f"RISE explains images (batch, height, width, channels). Received: inputs with shape {x.shape}."

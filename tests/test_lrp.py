@@ -97,24 +97,28 @@ def test_final_softmax_is_bypassed():
 
 
 # ------------------------------------------------------------------------------------ canonisation
-def test_batchnorm_canonised_equals_the_fused_network():
+def test_batchnorm_canonised_equals_the_fused_network():  # after Conv2D, DepthwiseConv2D and Dense
     inp = keras.Input((8, 8, 3))
     h = keras.layers.Conv2D(4, 3, name="c1")(inp)
     h = keras.layers.ReLU()(keras.layers.BatchNormalization(name="bn1")(h))
+    h = keras.layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="dw")(h)
+    h = keras.layers.ReLU()(keras.layers.BatchNormalization(name="bn3")(h))
     h = keras.layers.Flatten()(keras.layers.Conv2D(2, 3, strides=2, name="c2")(h))
     h = keras.layers.Dense(3, name="d")(h)
     h = keras.layers.BatchNormalization(name="bn2")(h)
     model = _randomise(keras.Model(inp, keras.layers.Dense(2, name="out")(h)))
     fused = keras.Sequential([
         keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="c1"),
+        keras.layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", activation="relu", name="dw"),
         keras.layers.Conv2D(2, 3, strides=2, name="c2"), keras.layers.Flatten(), keras.layers.Dense(3, name="d"),
         keras.layers.Dense(2, name="out"),
     ])
-    for conv, bn in (("c1", "bn1"), ("d", "bn2")):
+    for conv, bn in (("c1", "bn1"), ("dw", "bn3"), ("d", "bn2")):
         k, b = model.get_layer(conv).get_weights()
         g, beta, mean, var = model.get_layer(bn).get_weights()
         scale = g / np.sqrt(var + model.get_layer(bn).epsilon)
-        fused.get_layer(conv).set_weights([k * scale, (b - mean) * scale + beta])
+        kernel_scale = scale.reshape(k.shape[-2:]) if conv == "dw" else scale  # depthwise: (in, multiplier)
+        fused.get_layer(conv).set_weights([k * kernel_scale, (b - mean) * scale + beta])
     for name in ("c2", "out"):
         fused.get_layer(name).set_weights(model.get_layer(name).get_weights())
     x = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)
@@ -255,3 +259,4 @@ def test_model_unchanged_after_calls_and_after_an_exception():
     for w, v in zip(weights, model.get_weights(), strict=True):
         np.testing.assert_array_equal(w, v)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x)), before)
+

@@ -48,7 +48,7 @@ from kerascope.core.probe import patched_attribute
 
 sg = keras.ops.stop_gradient
 
-AFFINE_LAYERS = ("Dense", "Conv1D", "Conv2D", "Conv3D")
+AFFINE_LAYERS = ("Dense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D")
 #: Parameter-free linear layers whose relevance is split in proportion to the contributions (zennit ``Norm``).
 NORM_LAYERS = (
     "AveragePooling1D", "AveragePooling2D", "AveragePooling3D", "GlobalAveragePooling1D",
@@ -228,15 +228,21 @@ def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
         return dense
 
     rank, channels_last = layer.rank, layer.data_format == "channels_last"
+    depthwise = _is_depthwise(layer)
 
     def conv(x: Any, kernel: Any, bias: Any) -> Any:
-        out = keras.ops.conv(x, kernel, strides=list(layer.strides), padding=layer.padding,
-                             dilation_rate=layer.dilation_rate, data_format=layer.data_format)
+        op = keras.ops.depthwise_conv if depthwise else keras.ops.conv
+        out = op(x, kernel, strides=layer.strides if depthwise else list(layer.strides), padding=layer.padding,
+                 dilation_rate=layer.dilation_rate, data_format=layer.data_format)
         if bias is None:
             return out
         shape = (1,) * (rank + 1) + (-1,) if channels_last else (1, -1) + (1,) * rank
         return out + keras.ops.reshape(bias, shape)
     return conv
+
+
+def _is_depthwise(layer: keras.Layer) -> bool:
+    return isinstance(layer, _types(("DepthwiseConv1D", "DepthwiseConv2D")))
 
 
 def _params(layer: keras.Layer) -> tuple[Any, Any]:
@@ -258,7 +264,9 @@ def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any,
     mean = keras.ops.convert_to_tensor(bn.moving_mean)
     shift = keras.ops.convert_to_tensor(bn.beta) if bn.beta is not None else 0.0
     fused_bias = ((bias if bias is not None else 0.0) - mean) * scale + shift
-    return kernel * scale, fused_bias
+    # output channel c of a depthwise kernel (..., in, multiplier) is (c // multiplier, c % multiplier)
+    kernel_scale = keras.ops.reshape(scale, tuple(kernel.shape[-2:])) if _is_depthwise(affine) else scale
+    return kernel * kernel_scale, fused_bias
 
 
 class _Apply:

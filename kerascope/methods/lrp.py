@@ -41,7 +41,8 @@ def check_lrp_support(model: keras.Layer, bypassed: list[str]) -> None:
     if problems:
         raise UnsupportedModelError(
             "LRP has no rule for these layers. Received: unsupported layers "
-            f"[{', '.join(problems)}]. Supported: Dense / Conv1D / Conv2D / Conv3D (element-wise activations), "
+            f"[{', '.join(problems)}]. Supported: Dense / Conv1D / Conv2D / Conv3D / DepthwiseConv1D / DepthwiseConv2D (element-wise "
+            "activations), "
             "ReLU / LeakyReLU / ELU / PReLU / Activation layers, max and average pooling, BatchNormalization, "
             "Add / Average / Subtract / Concatenate, Flatten / Reshape, padding, cropping, dropout, Rescaling "
             "and a final softmax (bypassed with output='logits'). Recurrent layers, attention, "

@@ -9,8 +9,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 from kerascope.core.layers import iter_layers  # noqa: E402
+
+# Hypothesis profiles for the property-based tests (tests/test_fuzz.py). "ci" (default) is bounded and
+# derandomized, so CI is reproducible; "long" explores: pytest tests/test_fuzz.py --hypothesis-profile=long
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("ci", max_examples=3, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=_SLOW_OK, print_blob=True)
+settings.register_profile("long", max_examples=300, deadline=None, suppress_health_check=_SLOW_OK,
+                          print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def snapshot(model: keras.Layer) -> dict:

@@ -8,6 +8,7 @@ modified backward rule (guided backprop, deconvnet).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 NAME = "tensorflow"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kerascope/, not importing it
 
 Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
 
@@ -37,6 +39,25 @@ def _traced_once(function: Any) -> Any:
     if hasattr(function, "_omit_frequent_tracing_warning"):
         function._omit_frequent_tracing_warning = True
     return function
+
+
+def _call(compiled: Callable[..., Any], *args: Any) -> Any:
+    """Call a ``tf.function``; kerascope's own errors raised while tracing come back as raised.
+
+    AutoGraph re-raises an error from traced code with an "in user code:" trace
+    prepended; for errors that kerascope raised (a layer not on the path to the score,
+    a non-differentiable target) the message is what the user needs, so it is
+    re-raised here as it was written, from this frame.
+    """
+    try:
+        return compiled(*args)
+    except (ValueError, TypeError) as error:
+        metadata = getattr(error, "ag_error_metadata", None)
+        stack = getattr(metadata, "translated_stack", None) or ()
+        innermost = str(getattr(stack[-1], "filename", "")) if stack else ""
+        if metadata is None or not innermost.startswith(_PACKAGE) or type(error) not in (ValueError, TypeError):
+            raise
+        raise type(error)(metadata.cause_message) from None
 
 
 def compile_gradients(
@@ -123,7 +144,8 @@ def compile_gradients(
     compiled = _traced_once(tf.function(step, input_signature=signature, jit_compile=jit_compile))
 
     def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
-        result = compiled(
+        result = _call(
+            compiled,
             [tf.convert_to_tensor(x) for x in inputs],
             tf.convert_to_tensor(np.asarray(targets, dtype=np.int32)),
         )
@@ -150,7 +172,7 @@ def compile_forward(
     compiled = _traced_once(tf.function(forward, input_signature=signature, jit_compile=jit_compile))
 
     def run(inputs: list[np.ndarray]) -> Any:
-        return _to_numpy(compiled([tf.convert_to_tensor(x) for x in inputs]))
+        return _to_numpy(_call(compiled, [tf.convert_to_tensor(x) for x in inputs]))
 
     return run
 

@@ -259,8 +259,7 @@ class Engine:
             >>> indices.tolist(), fn
             ([-1, -1], None)
         """
-        prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
-        check_against_model(self.model, prepared)
+        prepared = self.check_inputs(inputs)
         indices, target_fn = targets_lib.encode(targets, prepared.num_samples)
         self._detect_softmax(prepared)
         if target_fn is None:
@@ -299,6 +298,49 @@ class Engine:
         recorder = stack.enter_context(probe([layer])) if layer is not None else None
         outputs = self.model(fit_structure(self.model, arg), training=False)
         return outputs if recorder is None else recorder.last(layer)
+
+    def check_inputs(self, inputs: Any) -> Inputs:
+        """Validate ``inputs`` against the model, eagerly: shapes, then one call on one sample.
+
+        The call runs once per input structure and signature (memoised), so a model
+        that cannot take the inputs fails here with kerascope's message, never inside
+        a compiled function. Returns the inputs as :class:`Inputs`.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> Engine(m).check_inputs(np.ones((2, 3))).num_samples
+            2
+        """
+        prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
+        check_against_model(self.model, prepared)
+        self._check_call(prepared)
+        return prepared
+
+    def _check_call(self, inputs: Inputs) -> None:
+        """Call the model eagerly on one sample, once per input structure and signature.
+
+        Subclassed models declare no input shapes, and a functional model can still refuse
+        the inputs (a dict with other keys, a list for a single-input ``call``): their error
+        comes here, eagerly and in kerascope's words, instead of from inside a compiled function.
+        """
+        key = ("model_accepts", inputs.kind, tuple(inputs.keys or ()), _signature(inputs))
+
+        def call() -> bool:
+            try:
+                with contextlib.ExitStack() as stack:
+                    self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+            except Exception as error:
+                reason = str(error).strip().splitlines()
+                received = {k: (a.shape, a.dtype.name) for k, a in zip(inputs.keys or range(len(inputs.arrays)), inputs.arrays)}
+                raise ValueError(
+                    f"Model {self.model.name!r} cannot be called on these inputs. Received: inputs as a "
+                    f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
+                    f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
+                ) from error
+            return True
+
+        self.memo(key, call)
 
     def _detect_softmax(self, inputs: Inputs) -> None:
         """Probe the softmax candidates in one eager pass on 1 sample; the output space decides."""
@@ -528,6 +570,7 @@ class Engine:
             )
         wrt = tuple(int(i) for i in wrt)
         prepared, indices, target_fn = self.prepare(prepared, targets)
+        _check_differentiable(prepared, wrt)
         key = (
             resolved_layers, wrt, tuple(id(w) for w in weights), rule, target_fn,
             _signature(prepared), tuple((s[1:], d) for s, d in replace_specs),
@@ -574,8 +617,7 @@ class Engine:
             >>> bool(np.isclose(out.sum(), 1.0))
             False
         """
-        prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
-        check_against_model(self.model, prepared)
+        prepared = self.check_inputs(inputs)
         self._detect_softmax(prepared)
         key = ("forward", _signature(prepared))
         fn = self._compiled.get(key)
@@ -696,6 +738,18 @@ class Engine:
             scores.append(s)
             resolved.append(indices[part] if target_fn is not None else t)
         return np.concatenate(scores), np.concatenate(resolved).astype(np.int64)
+
+
+def _check_differentiable(inputs: Inputs, wrt: Sequence[int]) -> None:
+    """Gradients w.r.t. inputs need floating-point inputs: refuse others eagerly, before tracing."""
+    for i in wrt:
+        array = inputs.arrays[i]
+        if not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(
+                "Gradients w.r.t. the inputs need floating-point inputs. Received: input "
+                f"{inputs.keys[i] if inputs.keys else i!r} of dtype {array.dtype.name}. Cast images to "
+                "float (`x.astype('float32')`); for token ids, attribute at the embedding layer with `layer=`."
+            )
 
 
 def _signature(inputs: Inputs) -> tuple[Any, ...]:

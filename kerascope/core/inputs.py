@@ -146,6 +146,11 @@ def _as_array(x: Any, index: int) -> np.ndarray:
             f"Input {index} is not numeric (ragged or mixed values). Received: dtype=object, "
             f"shape={array.shape}. Pass a numeric array of shape (batch, ...)."
         )
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(array):
+        raise TypeError(
+            f"Input {index} is not real-valued numeric data. Received: dtype={array.dtype.name}, "
+            f"shape={array.shape}. Pass int, float or bool arrays (decode strings, take the real part)."
+        )
     if array.ndim == 0:
         raise ValueError(
             f"Input {index} is a scalar. Received: shape=(). Pass an array of shape (batch, ...)."

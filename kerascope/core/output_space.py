@@ -47,6 +47,13 @@ class OutputSpace:
     def __init__(self, output: str = "logits", output_index: int | str | None = None) -> None:
         if output not in OUTPUT_SPACES:
             raise ValueError(f"Unknown output space. Received: output={output!r}. Expected one of {OUTPUT_SPACES}.")
+        if isinstance(output_index, np.integer):
+            output_index = int(output_index)
+        if output_index is not None and (isinstance(output_index, bool) or not isinstance(output_index, (int, str))):
+            raise TypeError(
+                "`output_index` must be an output position (int), an output name (str) or None. "
+                f"Received: output_index={output_index!r} of type {type(output_index).__name__}."
+            )
         self.output = output
         self.output_index = output_index
         self.softmax_layers: list[keras.Layer] | None = None  # None: not detected yet
@@ -135,7 +142,14 @@ class OutputSpace:
                     + (f": {names}." if names else ".")
                 )
             return outputs[index]
-        return outputs
+        index = self.output_index  # one output: only its position or its name can choose it
+        names = list(getattr(model, "output_names", []) or [])
+        if index is None or index in (0, -1) or (isinstance(index, str) and index in names):
+            return outputs
+        raise ValueError(
+            f"Unknown output. Received: output_index={index!r}. The model has 1 output"
+            + (f": {names}" if names else "") + ". Pass output_index=None (or 0)."
+        )
 
     def settle(self, softmax_layers: list[keras.Layer], chosen: Any) -> None:
         """Record what detection found: the softmax layers to bypass and the explained output's values.

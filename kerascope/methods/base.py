@@ -12,6 +12,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.progress import Progress, progress_scope
 from kerascope.core.threads import single_threaded_blas
+from kerascope.numeric.chunking import check_batch_size
 
 
 def _layer_path(layer: Any) -> str | None:
@@ -21,6 +22,76 @@ def _layer_path(layer: Any) -> str | None:
     if isinstance(layer, keras.Layer):
         return layer.name
     raise TypeError(f"`output_layer` must be a layer path or a layer. Received: output_layer={layer!r}.")
+
+
+def check_seed(seed: Any, name: str = "seed") -> int | None:
+    """Return ``seed`` (None or a non-negative int, numpy's rule) or raise the standard error.
+
+    Example:
+        >>> check_seed(3), check_seed(None)
+        (3, None)
+        >>> check_seed(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: `seed` must be None or a non-negative int. Received: seed=-1.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"`{name}` must be None or a non-negative int. Received: {name}={seed!r}.")
+    return int(seed)
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """Return ``value`` as an int if it is a positive int (not a bool), else raise the standard error.
+
+    Example:
+        >>> check_positive_int(3, "samples")
+        3
+        >>> check_positive_int(True, "steps")
+        Traceback (most recent call last):
+        ...
+        ValueError: `steps` must be a positive int. Received: steps=True.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}.")
+    return int(value)
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """Return ``value`` if it is a bool, else raise the standard error (``None`` or ``"no"`` are not flags).
+
+    Example:
+        >>> check_flag(True, "upsample")
+        True
+        >>> check_flag("no", "upsample")
+        Traceback (most recent call last):
+        ...
+        TypeError: `upsample` must be True or False. Received: upsample='no'.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False. Received: {name}={value!r}.")
+    return bool(value)
+
+
+def check_number(value: Any, name: str, *, low: float | None = None, low_inclusive: bool = True) -> float:
+    """Return ``value`` as a finite float (``>= low``, or ``> low``), or raise the standard error.
+
+    Example:
+        >>> check_number(0.5, "noise", low=0.0)
+        0.5
+        >>> check_number("x", "noise")
+        Traceback (most recent call last):
+        ...
+        ValueError: `noise` must be a finite number. Received: noise='x'.
+    """
+    bound = "" if low is None else f" {'>=' if low_inclusive else '>'} {low:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"`{name}` must be a finite number{bound}. Received: {name}={value!r}.")
+    number = float(value)
+    if not np.isfinite(number) or (low is not None and (number < low or (number == low and not low_inclusive))):
+        raise ValueError(f"`{name}` must be a finite number{bound}. Received: {name}={value!r}.")
+    return number
 
 
 class UnsupportedModelError(ValueError):
@@ -76,6 +147,7 @@ class Method:
         jit_compile: bool = False,
         output_layer: str | None = None,
     ) -> None:
+        check_batch_size(batch_size)
         self.model = model
         self.batch_size = batch_size
         self.output = output
@@ -85,7 +157,10 @@ class Method:
         self.output_layer = _layer_path(output_layer)
         self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer)
         if self.output_layer is not None:
-            self.engine.explained_layer()  # an unknown layer fails here, with the available names
+            try:
+                self.engine.explained_layer()  # an unknown layer fails here, with the available names
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"Unknown `output_layer`. Received: output_layer={output_layer!r}. {error}") from None
 
     def params(self) -> dict[str, Any]:
         """The method's hyper-parameters (what goes into ``Explanation.params``).
@@ -126,7 +201,7 @@ class Method:
             >>> e.targets.tolist()
             [0, 1]
         """
-        prepared = Inputs(inputs)
+        prepared = self.engine.check_inputs(inputs)  # before any method-specific pass over the model
         with single_threaded_blas(), progress_scope(prepared.num_samples, self.name, self.progress):
             return self._explain(prepared, targets)
 

@@ -26,7 +26,7 @@ from kerascope.core.engine import GradientResult
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import find_layer
-from kerascope.methods.base import Method, UnsupportedModelError
+from kerascope.methods.base import Method, UnsupportedModelError, check_flag
 from kerascope.methods.registry import register
 
 
@@ -115,6 +115,7 @@ class CAM(Method):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
+        check_flag(upsample, "upsample")
         self.layer = layer
         self.upsample = upsample
         self.input_index = input_index

@@ -25,7 +25,7 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods._folding import forward_scores
-from kerascope.methods.base import Method
+from kerascope.methods.base import Method, check_number, check_positive_int, check_seed
 from kerascope.methods.feature_masks import Plan, evaluate, make_plan, spread
 from kerascope.methods.registry import register
 
@@ -63,7 +63,7 @@ class FeatureMaskMethod(Method):
         self.mask = mask
         self.baseline = baseline
         self.input_index = input_index
-        self.blur_sigma = blur_sigma
+        self.blur_sigma = check_number(blur_sigma, "blur_sigma", low=0.0)
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (arrays are reported by their shape, callables by name).
@@ -118,12 +118,6 @@ def _describe(value: Any) -> Any:
     if type(value).__name__ == "Background":
         return f"<background shape={np.shape(value.data)}>"
     return value
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}.")
-    return int(value)
 
 
 def _bits(k: int) -> np.ndarray:
@@ -218,7 +212,7 @@ class ShapleyExact(FeatureMaskMethod):
 
     def __init__(self, model: keras.Layer, *, max_features: int = 16, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        self.max_features = _positive_int(max_features, "max_features")
+        self.max_features = check_positive_int(max_features, "max_features")
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan = make_plan(inputs, self.input_index, self.mask, self.baseline, self.blur_sigma)
@@ -277,8 +271,8 @@ class ShapleySampling(FeatureMaskMethod):
 
     def __init__(self, model: keras.Layer, *, samples: int = 25, seed: int | None = 0, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        self.samples = _positive_int(samples, "samples")
-        self.seed = seed
+        self.samples = check_positive_int(samples, "samples")
+        self.seed = check_seed(seed)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
@@ -414,8 +408,8 @@ class KernelSHAP(FeatureMaskMethod):
 
     def __init__(self, model: keras.Layer, *, samples: int | None = None, seed: int | None = 0, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        self.samples = None if samples is None else _positive_int(samples, "samples")
-        self.seed = seed
+        self.samples = None if samples is None else check_positive_int(samples, "samples")
+        self.seed = check_seed(seed)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
@@ -506,15 +500,12 @@ class LIME(FeatureMaskMethod):
         super().__init__(model, **kwargs)
         if distance not in ("cosine", "euclidean", "l2"):
             raise ValueError(f"Unknown distance. Received: distance={distance!r}. Expected 'cosine' or 'euclidean'.")
-        if kernel_width is not None and not float(kernel_width) > 0:
-            raise ValueError(f"`kernel_width` must be positive. Received: kernel_width={kernel_width!r}.")
-        if not float(alpha) >= 0:
-            raise ValueError(f"`alpha` must be >= 0. Received: alpha={alpha!r}.")
-        self.samples = _positive_int(samples, "samples")
-        self.kernel_width = kernel_width
+        self.samples = check_positive_int(samples, "samples")
+        self.kernel_width = None if kernel_width is None else check_number(kernel_width, "kernel_width", low=0.0,
+                                                                           low_inclusive=False)
         self.distance = distance
-        self.alpha = float(alpha)
-        self.seed = seed
+        self.alpha = check_number(alpha, "alpha", low=0.0)
+        self.seed = check_seed(seed)
 
     def kernel(self, z: np.ndarray) -> np.ndarray:
         """Sample weights of coalitions ``z`` (rows), lime's ``sqrt(exp(-d^2 / width^2))``.

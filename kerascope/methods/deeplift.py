@@ -17,7 +17,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.probe import softmax_candidates
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
-from kerascope.methods.base import Method, UnsupportedModelError
+from kerascope.methods.base import Method, UnsupportedModelError, check_positive_int, check_seed
 from kerascope.methods.gradients import Saliency
 from kerascope.methods.integrated import ExpectedGradients, _describe_baseline, resolve_baselines
 from kerascope.methods.registry import register
@@ -255,10 +255,8 @@ class DeepLiftShap(DeepLIFT):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, baseline=baseline, **kwargs)
-        if samples is not None and (not isinstance(samples, int) or samples < 1):
-            raise ValueError(f"`samples` must be None or a positive int. Received: samples={samples!r}.")
-        self.samples = samples
-        self.seed = seed
+        self.samples = None if samples is None else check_positive_int(samples, "samples")
+        self.seed = check_seed(seed)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         background = ExpectedGradients._background(self, inputs)  # same background rules

@@ -216,6 +216,8 @@ def resolve_baseline(spec: Any, x: np.ndarray, labels: np.ndarray, index: int = 
     integer = not np.issubdtype(x.dtype, np.floating)
     if isinstance(spec, Background):
         data = np.asarray(spec.data)
+        if tuple(data.shape[1:]) == tuple(sample) and not np.all(np.isfinite(data.astype(np.float64))):
+            raise ValueError(f"The background set (`baseline`) of input {index} contains NaN or infinite values.")
         if tuple(data.shape[1:]) != tuple(sample):
             raise ValueError(
                 f"The background set of input {index} must have shape (B, *{tuple(sample)}). "
@@ -238,7 +240,18 @@ def resolve_baseline(spec: Any, x: np.ndarray, labels: np.ndarray, index: int = 
             f"Unknown baseline. Received: baseline={spec!r}. Expected a number, an array, 'blur', 'mean' "
             "or a Background set."
         )
-    value = np.asarray(0.0 if spec is None else spec)
+    try:
+        value = np.asarray(0.0 if spec is None else spec, np.float64 if integer else np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"Unknown baseline. Received: baseline={spec!r}. Expected a number, an array, 'blur', 'mean' "
+            "or a Background set."
+        ) from None
+    if not np.all(np.isfinite(value)):
+        raise ValueError(
+            f"The baseline of input {index} contains NaN or infinite values. Received: baseline of shape "
+            f"{value.shape}."
+        )
     if value.ndim == x.ndim and value.shape[0] == n and value.shape[0] != 1:
         return _cast_baseline(np.broadcast_to(value, x.shape), x, index), "sample"
     try:
@@ -345,10 +358,12 @@ def make_plan(
     count = len(inputs.arrays)
     if input_index is None:
         index = list(range(count))
+    elif isinstance(input_index, (list, tuple)):
+        index = list(input_index)
     else:
-        index = [input_index] if isinstance(input_index, (int, np.integer)) else list(input_index)
+        index = [input_index]
     if not index or len(set(index)) != len(index) or not all(
-        isinstance(i, (int, np.integer)) and 0 <= i < count for i in index
+        isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < count for i in index
     ):
         raise ValueError(
             f"`input_index` must be an input position (or a list of distinct positions) in [0, {count}). "

@@ -11,7 +11,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer
 from kerascope.methods._input_choice import gradient_inputs
-from kerascope.methods.base import Method
+from kerascope.methods.base import Method, check_flag
 from kerascope.methods.registry import register
 
 
@@ -102,6 +102,7 @@ class Saliency(LayerMethod):
 
     def __init__(self, model: keras.Layer, *, absolute: bool = False, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
+        check_flag(absolute, "absolute")
         self.absolute = absolute
 
     def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:

@@ -33,6 +33,7 @@ from kerascope.methods._convergence import (
     warn_not_converged,
 )
 from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
+from kerascope.methods.base import check_number, check_positive_int, check_seed
 from kerascope.methods.gradients import LayerMethod
 from kerascope.methods.registry import register
 from kerascope.numeric.blur import gaussian_blur
@@ -65,9 +66,7 @@ def quadrature(steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, n
         >>> a.tolist(), w.tolist()
         ([0.0, 0.3333333333333333, 0.6666666666666666, 1.0], [0.16666666666666666, 0.3333333333333333, 0.3333333333333333, 0.16666666666666666])
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"`steps` must be a positive int. Received: steps={steps!r}.")
-    n = steps
+    n = check_positive_int(steps, "steps")
     k = np.arange(n, dtype=np.float64)
     if method == "gausslegendre":
         nodes, weights = np.polynomial.legendre.leggauss(n)
@@ -108,6 +107,11 @@ def resolve_baselines(baseline: Any, inputs: Inputs, blur_sigma: float = 4.0) ->
     """
     arrays = inputs.arrays
     if isinstance(baseline, dict):
+        if inputs.kind == "dict" and set(baseline) != set(inputs.keys):
+            raise ValueError(
+                f"A `baseline` dict needs the inputs' keys. Received: baseline with keys {sorted(baseline)}; "
+                f"the inputs have keys {inputs.keys}."
+            )
         per_input = [baseline[k] for k in inputs.keys] if inputs.kind == "dict" else list(baseline.values())
     elif isinstance(baseline, (list, tuple)) and len(arrays) > 1:
         per_input = list(baseline)
@@ -128,9 +132,9 @@ def resolve_baselines(baseline: Any, inputs: Inputs, blur_sigma: float = 4.0) ->
                 f"Unknown baseline. Received: baseline={b!r}. Expected None, 'zeros', 'blur', a number or an array."
             )
         elif np.isscalar(b):
-            result.append(np.full(x.shape, float(b), np.float32))
+            result.append(np.full(x.shape, _numeric_baseline(b), np.float32))
         else:
-            b = np.asarray(b, np.float32)
+            b = _numeric_baseline(b)
             if b.shape == x.shape[1:]:
                 b = np.broadcast_to(b, x.shape)
             if b.shape != x.shape:
@@ -313,6 +317,7 @@ class IntegratedGradients(PathMethod):
         if method is None:
             method = "gausslegendre" if tolerance is None else "open_trapezoid"
         quadrature(steps, method)  # validate early
+        check_number(blur_sigma, "blur_sigma", low=0.0)
         if tolerance is not None and method not in NESTED_RULES:
             raise ValueError(
                 "`tolerance=` doubles the path points on nested grids, which this quadrature does not "
@@ -543,6 +548,22 @@ def _describe_baseline(baseline: Any) -> Any:
     return f"<array shape={tuple(np.shape(baseline))}>"
 
 
+def _numeric_baseline(value: Any) -> np.ndarray:
+    """A baseline as a finite float32 array, or kerascope's error naming ``baseline``."""
+    try:
+        array = np.asarray(value, np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`baseline` must be numbers or numeric arrays. Received: baseline={value!r}."
+        ) from None
+    if not np.all(np.isfinite(array)):
+        raise ValueError(
+            f"`baseline` contains NaN or infinite values. Received: baseline of shape {array.shape} with "
+            f"{int(np.sum(~np.isfinite(array)))} non-finite values."
+        )
+    return array
+
+
 @register
 class ExpectedGradients(PathMethod):
     """Expected Gradients / GradientSHAP (Erion et al. 2021; Lundberg & Lee 2017).
@@ -601,14 +622,14 @@ class ExpectedGradients(PathMethod):
         check_tolerance(tolerance, max_samples, "max_samples")
         if samples is None:
             samples = 50 if tolerance is None else 32
-        if not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
             raise ValueError(
                 f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
                 f"Received: samples={samples!r}, max_samples={max_samples!r}."
             )
         self.samples = samples
         self.baseline = baseline
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.tolerance = None if tolerance is None else float(tolerance)
         self.max_samples = max_samples
 
@@ -622,11 +643,11 @@ class ExpectedGradients(PathMethod):
         inputs = chosen
         if not (isinstance(given, (list, tuple)) and len(inputs.arrays) > 1):
             given = [given]
-        background = [np.asarray(b, np.float32) for b in given]
+        background = [_numeric_baseline(b) for b in given]
         if len(background) != len(inputs.arrays):
             raise ValueError(
-                f"Expected one background array per model input ({len(inputs.arrays)}). "
-                f"Received: {len(background)}."
+                f"Expected one `baseline` (background array) per model input ({len(inputs.arrays)}). "
+                f"Received: baseline with {len(background)}."
             )
         for b, x in zip(background, inputs.arrays, strict=True):
             if b.shape[1:] != x.shape[1:] or len(b) == 0:

@@ -17,7 +17,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.spatial import choose_input
 from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
-from kerascope.methods.base import Method
+from kerascope.methods.base import Method, check_number, check_positive_int, check_seed
 from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_ranges
 from kerascope.numeric.resize import interpolation_matrix
@@ -46,8 +46,11 @@ def _with_input(inputs: Inputs, index: int, array: np.ndarray, owners: np.ndarra
 
 
 def _per_axis(value: Any, count: int, name: str) -> tuple[int, ...]:
-    values = (value,) * count if np.isscalar(value) else tuple(value)
-    if len(values) != count or not all(isinstance(v, (int, np.integer)) and v >= 1 for v in values):
+    values = (value,) * count if np.isscalar(value) or value is None else tuple(value) if isinstance(
+        value, (tuple, list, np.ndarray)) else (value,)
+    if len(values) != count or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in values
+    ):
         raise ValueError(
             f"`{name}` must be a positive int or one positive int per spatial axis ({count}). "
             f"Received: {name}={value!r}."
@@ -121,6 +124,19 @@ class Occlusion(Method):
         super().__init__(model, **kwargs)
         self.window = window
         self.stride = window if stride is None else stride
+        if isinstance(baseline, str) or baseline is None:
+            raise ValueError(
+                f"Occlusion replaces windows by a constant. Received: baseline={baseline!r}. Expected a number "
+                "or an array of one sample's shape (FeatureAblation accepts 'blur' and 'mean')."
+            )
+        try:
+            finite = bool(np.all(np.isfinite(np.asarray(baseline, np.float64))))
+        except (TypeError, ValueError):
+            finite = False
+        if not finite:
+            raise ValueError(
+                f"`baseline` must be finite numbers. Received: baseline={baseline!r}."
+            )
         self.baseline = baseline
         self.input_index = input_index
 
@@ -149,7 +165,13 @@ class Occlusion(Method):
         starts = [window_starts(length, w, s) for length, w, s in zip(spatial, window, stride, strict=True)]
         grid = tuple(len(s) for s in starts)
         positions = int(np.prod(grid))
-        baseline = np.broadcast_to(np.asarray(self.baseline, np.float32), x.shape[1:])
+        try:
+            baseline = np.broadcast_to(np.asarray(self.baseline, np.float32), x.shape[1:])
+        except ValueError:
+            raise ValueError(
+                f"The baseline does not fit the input. Received: baseline of shape {np.shape(self.baseline)} for "
+                f"inputs of shape {x.shape}. Expected a number or one sample's shape {x.shape[1:]}."
+            ) from None
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         total = np.zeros((n, *spatial), np.float64)
         coords = [np.arange(length) for length in spatial]
@@ -289,15 +311,14 @@ class RISE(Method):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, output=output, **kwargs)
-        if not isinstance(masks, int) or masks < 1:
-            raise ValueError(f"`masks` must be a positive int. Received: masks={masks!r}.")
-        if not 0.0 < float(p) <= 1.0:
+        check_positive_int(masks, "masks")
+        if not 0.0 < check_number(p, "p") <= 1.0:
             raise ValueError(f"`p` must be in (0, 1]. Received: p={p!r}.")
         _per_axis(cell, 2, "cell")
         self.masks = masks
         self.cell = cell
         self.p = float(p)
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.input_index = input_index
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:

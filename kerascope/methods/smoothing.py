@@ -33,7 +33,7 @@ from kerascope.methods._convergence import (
     warn_not_converged,
 )
 from kerascope.methods._folding import Stream, as_list, forward_scores, reduce_rows, row_targets
-from kerascope.methods.base import Method
+from kerascope.methods.base import Method, check_number, check_seed
 from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_ranges
 
@@ -152,16 +152,14 @@ class NoiseWrapper(Method):
         check_tolerance(tolerance, max_samples, "max_samples")
         if samples is None:
             samples = 50 if tolerance is None else 32
-        if not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
             raise ValueError(
                 f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
                 f"Received: samples={samples!r}, max_samples={max_samples!r}."
             )
-        if not np.isscalar(noise) or float(noise) < 0:
-            raise ValueError(f"`noise` must be a number >= 0. Received: noise={noise!r}.")
         self.samples = samples
-        self.noise = float(noise)
-        self.seed = seed
+        self.noise = check_number(noise, "noise", low=0.0)
+        self.seed = check_seed(seed)
         self.tolerance = None if tolerance is None else float(tolerance)
         self.max_samples = max_samples
         self._base = _make_base(model, base, kwargs, layer, input_index)
@@ -210,7 +208,16 @@ class NoiseWrapper(Method):
             chunk = Inputs(inputs.model_arg(noisy))
             explained = self._base._explain(chunk, row_targets(targets, resolved, owners))
             ones = np.ones(len(rows))
-            for k, attribution in enumerate(as_list(explained.attributions)):
+            produced = as_list(explained.attributions)
+            expected = [(len(rows), *a.shape[1:]) for a in inputs.arrays]
+            if [np.shape(a) for a in produced] != expected:
+                raise ValueError(
+                    "The base method must attribute every model input, in the inputs' shape, to be averaged "
+                    f"over noisy copies. Received: base={self.base!r}, which returned shapes "
+                    f"{[np.shape(a) for a in produced]} for inputs of shapes {expected}. Use a gradient method "
+                    "(saliency, gradient_x_input, integrated_gradients, guided_backprop, ...)."
+                )
+            for k, attribution in enumerate(produced):
                 reduce_rows(total[k], owners, ones, attribution)
                 if squares is not None:
                     reduce_rows(squares[k], owners, ones, np.square(attribution, dtype=np.float64))

@@ -63,6 +63,7 @@ def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: 
     parts = []
     model = engine.model
     path = engine.path_of(layer)
+    engine.check_inputs(inputs)  # the model's own error about the inputs, in kerascope's words
     for _, arrays in inputs.chunks(batch_size):
         with probe([layer]) as rec:
             model(fit_structure(model, inputs.model_arg(arrays)), training=False)

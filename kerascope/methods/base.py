@@ -201,9 +201,13 @@ class Method:
             >>> e.targets.tolist()
             [0, 1]
         """
-        prepared = self.engine.check_inputs(inputs)  # before any method-specific pass over the model
+        self._check_model()  # refusals that need no call come first: the model is not even called
+        prepared = self.engine.check_inputs(inputs)  # then the inputs, before any method-specific pass
         with single_threaded_blas(), progress_scope(prepared.num_samples, self.name, self.progress):
             return self._explain(prepared, targets)
+
+    def _check_model(self) -> None:
+        """Raise :class:`UnsupportedModelError` when the method cannot apply to the model (no call needed)."""
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         raise NotImplementedError

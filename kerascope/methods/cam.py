@@ -181,6 +181,7 @@ class CAM(Method):
             'c'
         """
         if self.layer is None:
+            self.engine.check_inputs(inputs)  # before the probed pass that finds the layer
             index = self.chosen_input(inputs)
             signature = ("default_layer", self._signature(inputs), index)
             return self.engine.memo(signature, lambda: spatial.default_layer(

@@ -182,10 +182,13 @@ class DeepLIFT(Method):
         params["baseline"] = _describe_baseline(self.baseline)
         return params
 
-    def _prepare(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _check_model(self) -> None:
         # refuse before running anything; a softmax is only known to be final (bypassed) after a pass
         softmaxes = [self.engine.path_of(layer) for layer in softmax_candidates(self.model)]
         check_deeplift_support(self.model, softmaxes)
+
+    def _prepare(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, np.ndarray]:
+        self._check_model()  # also when called as a noise wrapper's base (not through explain)
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         bypassed = self.engine.bypassed_layers if self.output == "logits" else []
         check_deeplift_support(self.model, bypassed)

@@ -118,6 +118,8 @@ class LRP(Method):
         super().__init__(model, **kwargs)
         if init not in INITS:
             raise ValueError(f"`init` must be one of {INITS}. Received: init={init!r}.")
+        if rules is not None and not isinstance(rules, Mapping):
+            raise TypeError(f"`rules` must be a dict {{layer or class name: rule}}. Received: rules={rules!r}.")
         self.composite = composite
         self.rules = dict(rules or {})
         self.epsilon, self.gamma, self.low, self.high = epsilon, gamma, low, high

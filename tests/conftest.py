@@ -18,6 +18,7 @@ from kerascope.core.layers import iter_layers  # noqa: E402
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("ci", max_examples=3, deadline=None, derandomize=True, database=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
+settings.register_profile("ci-small", parent=settings.get_profile("ci"), max_examples=1)  # JAX/PyTorch CI runs
 settings.register_profile("long", max_examples=300, deadline=None, suppress_health_check=_SLOW_OK,
                           print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

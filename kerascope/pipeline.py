@@ -55,13 +55,26 @@ class RunSummary:
         return dict(vars(self))
 
 
+def _method_class(spec: Any) -> Any:
+    from kerascope.methods.registry import get
+
+    return spec if isinstance(spec, type) else get(spec) if isinstance(spec, str) else type(spec)
+
+
 def _is_cam(spec: Any) -> bool:
     """Whether a method spec (name, class or instance) is a CAM, the methods ``layer=`` of a run is for."""
     from kerascope.methods.cam import CAM
-    from kerascope.methods.registry import get
 
-    cls = spec if isinstance(spec, type) else get(spec) if isinstance(spec, str) else type(spec)
+    cls = _method_class(spec)
     return isinstance(cls, type) and issubclass(cls, CAM)
+
+
+def _takes_layer(spec: Any) -> bool:
+    """Whether a method takes ``layer=`` (a CAM's feature layer, a gradient method's attribution layer)."""
+    from kerascope.methods.registry import accepted_parameters
+
+    cls = _method_class(spec)
+    return isinstance(cls, type) and "layer" in accepted_parameters(cls)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -100,10 +113,11 @@ def explain_images(
 
     ``method_params`` maps a method name to its constructor parameters;
     ``common_params`` (e.g. ``{"samples": 20}``, ``{"output_index": "cls"}``) go to every
-    method that accepts them. ``layer`` goes to every method that takes a layer: the
-    feature layer of a CAM, the layer a gradient method attributes at (Saliency,
+    method that accepts them. ``layer`` is the feature layer of the CAMs; in a run
+    without a CAM it is the layer the gradient methods attribute at (Saliency,
     IntegratedGradients, SmoothGrad, ... with ``layer=``: their maps are then the
-    layer's attributions, shown summed over channels and resized to the image).
+    layer's attributions, shown summed over channels and resized to the image), so
+    ``methods=["gradcam", "saliency"], layer="conv5"`` keeps Saliency on the pixels.
     Unreadable images (including images too large to decode safely) are
     reported by name (in the summary and the report) and the others are still
     processed. Every option is checked before any work (colormap, opacity,
@@ -173,9 +187,11 @@ def explain_images(
         explained: np.ndarray | None = None
         common: dict[str, Any] = {"batch_size": batch_size}
         common.update(common_params or {})
+        with_cam = any(_is_cam(spec) for spec in methods)
         for k, (spec, name) in enumerate(zip(methods, names), 1):
             own = dict(params.get(name, {}))
-            if layer is not None and _is_cam(spec):  # `layer` names the CAM layer; gradient methods stay at the input
+            # `layer` names the CAM layer; without a CAM in the run, the layer gradient methods attribute at
+            if layer is not None and (_is_cam(spec) or (not with_cam and _takes_layer(spec))):
                 own.setdefault("layer", layer)
             method = build(spec, model, own, common)
             label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"

@@ -73,29 +73,37 @@ def test_output_index_by_name_reaches_the_method(files, tmp_path, capsys):
 def test_layer_reaches_gradient_methods_and_cams(files, tmp_path, capsys):
     folder, paths = files
     model_file = str(folder / "cnn.keras")
-    out = tmp_path / "out"
-    code = main(["explain", model_file, *paths, "--method", "saliency,integrated_gradients,gradcam,occlusion",
+    model = ks.load_model(model_file)
+    x = pixels(paths)
+    # no CAM chosen: --layer is the layer the gradient methods attribute at; Occlusion stays on the pixels
+    out = tmp_path / "grad"
+    code = main(["explain", model_file, *paths, "--method", "saliency,integrated_gradients,occlusion",
                  "--layer", "conv1", "--param", "steps=8", "--param", "window=4", "--out", str(out), "--json"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["layers"] == {"saliency": "conv1", "integrated_gradients": "conv1", "gradcam": "conv1"}
-    model = ks.load_model(model_file)
-    x = pixels(paths)
+    assert summary["layers"] == {"saliency": "conv1", "integrated_gradients": "conv1"}
     expected = {
         "saliency": ks.Saliency(model, layer="conv1").explain(x, None),
         "integrated_gradients": ks.IntegratedGradients(model, layer="conv1", steps=8).explain(x, None),
-        "gradcam": ks.GradCAM(model, layer="conv1").explain(x, None),
         "occlusion": ks.Occlusion(model, window=4).explain(x, None),
     }
-    shapes = {"saliency": (2, 14, 14, 4), "integrated_gradients": (2, 14, 14, 4), "gradcam": (2, 16, 16),
-              "occlusion": (2, 16, 16, 3)}
+    shapes = {"saliency": (2, 14, 14, 4), "integrated_gradients": (2, 14, 14, 4), "occlusion": (2, 16, 16, 3)}
     for name, want in expected.items():
         saved = ks.Explanation.load(out / f"{name}.npz")
         assert saved.attributions.shape == shapes[name], name
         np.testing.assert_allclose(saved.attributions, want.attributions, rtol=1e-4,
                                    atol=1e-6 * (np.abs(want.attributions).max() + 1e-12))
-    assert len(list((out / "overlays").glob("*.png"))) == 8  # layer attributions are drawn too
-    # a layer only gradient methods / CAMs take: refused when no chosen method takes one
+    assert len(list((out / "overlays").glob("*.png"))) == 6  # layer attributions are drawn too
+    # with a CAM: --layer names the CAM layer and Saliency stays on the pixels (the README's example)
+    out = tmp_path / "cam"
+    assert main(["explain", model_file, *paths, "--method", "gradcam,saliency", "--layer", "conv1",
+                 "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layers"] == {"gradcam": "conv1"}
+    np.testing.assert_allclose(ks.Explanation.load(out / "gradcam.npz").attributions,
+                               ks.GradCAM(model, layer="conv1").explain(x, None).attributions, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(ks.Explanation.load(out / "saliency.npz").attributions,
+                               ks.Saliency(model).explain(x, None).attributions, rtol=1e-4, atol=1e-7)
+    # a layer no chosen method takes is refused
     assert main(["explain", model_file, paths[0], "--method", "occlusion", "--layer", "conv1",
                  "--out", str(tmp_path / "o2")]) == 2
     assert "layer" in capsys.readouterr().err

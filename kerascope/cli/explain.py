@@ -36,9 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_flags(p)
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files or folders (searched recursively)")
     add_method_flag(p, "gradcam")
-    p.add_argument("--layer", help="layer path, e.g. inception_v3/mixed10: the feature layer of CAM methods and "
-                   "the layer gradient methods (saliency, integrated_gradients, smoothgrad, ...) attribute at; "
-                   "other methods work on the pixels. Default for CAMs: the last layer with a spatial map")
+    p.add_argument("--layer", help="layer path, e.g. inception_v3/mixed10: the feature layer of CAM methods "
+                   "(default: the last layer with a spatial map); when no CAM is chosen, the layer gradient methods "
+                   "(saliency, integrated_gradients, smoothgrad, ...) attribute at. Other methods use the pixels")
     add_target_flag(p)
     p.add_argument("--out", default="kerascope-out", help="output folder (default: kerascope-out)")
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")

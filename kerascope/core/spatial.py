@@ -531,10 +531,15 @@ def default_layer(
             return layer
     kind = "an image (N, h, w, C) feature map with h, w > 1 or patch tokens" if len(extent) == 2 else (
         "a sequence (N, t, C) with t > 1")
-    raise ValueError(
+    tabular = array.ndim == 2 and np.issubdtype(array.dtype, np.floating)
+    advice = (
+        " A tabular input (N, F) through Dense layers has no positions for a class-activation map: use "
+        "Saliency, IntegratedGradients, DeepLIFT, KernelSHAP or FeatureAblation (one value per feature)."
+        if tabular else " Pass `layer=` (see `kerascope.layers(model)`), or use a gradient or perturbation method."
+    )
+    raise LayoutError(
         f"Could not find a CAM layer in model {model.name!r} for input {input_index} of shape {array.shape}: "
-        f"no layer output is {kind} that feeds the prediction. Received: layer=None. Pass `layer=` "
-        "(see `kerascope.layers(model)`), or use a gradient or perturbation method."
+        f"no layer output is {kind} that feeds the prediction. Received: layer=None.{advice}"
     )
 
 

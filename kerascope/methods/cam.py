@@ -385,7 +385,8 @@ class GuidedGradCAM(CAM):
         cams, result, layer = self.maps(inputs, targets)
         cams = result.layout.upsample(cams)
         guided = self.engine.gradients(  # only the chosen input: others (e.g. token ids) need no gradient
-            inputs, result.targets, wrt_inputs=[index], rule="guided", batch_size=self.batch_size,
+            inputs, targets if callable(targets) else result.targets, wrt_inputs=[index], rule="guided",
+            batch_size=self.batch_size,
             progress=self.progress,
         )
         grads = np.asarray(guided.input_grads[0])

@@ -24,6 +24,7 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.spatial import choose_input
 from kerascope.methods._folding import forward_scores
 from kerascope.methods.base import Method, check_number, check_positive_int, check_seed
 from kerascope.methods.feature_masks import Plan, evaluate, make_plan, spread
@@ -39,7 +40,8 @@ class FeatureMaskMethod(Method):
         baseline: what absent features become (a number, an array, ``"blur"``,
             ``"mean"``, a :class:`~kerascope.methods.feature_masks.Background`), or
             a list, one per perturbed input. Default 0 (the pad id for token inputs).
-        input_index: which input(s) of a multi-input model to perturb (default: all).
+        input_index: which input(s) of a multi-input model to perturb: a position, an input name
+            or a list of them (default: all).
         blur_sigma: the Gaussian's std in pixels for ``baseline="blur"``.
 
     Example:
@@ -79,8 +81,17 @@ class FeatureMaskMethod(Method):
             params[key] = _describe(params[key])
         return params
 
+    def _positions(self, inputs: Inputs) -> Any:
+        """``input_index`` with input names replaced by positions (``None`` stays: every input)."""
+        given = self.input_index
+        if given is None:
+            return None
+        items = given if isinstance(given, (list, tuple)) else [given]
+        positions = [choose_input(self.model, inputs, i) if isinstance(i, str) else i for i in items]
+        return positions if isinstance(given, (list, tuple)) else positions[0]
+
     def _setup(self, inputs: Inputs, targets: Any) -> tuple[Plan, np.ndarray, np.ndarray]:
-        plan = make_plan(inputs, self.input_index, self.mask, self.baseline, self.blur_sigma)
+        plan = make_plan(inputs, self._positions(inputs), self.mask, self.baseline, self.blur_sigma)
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         return plan, scores, resolved
 
@@ -215,7 +226,7 @@ class ShapleyExact(FeatureMaskMethod):
         self.max_features = check_positive_int(max_features, "max_features")
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        plan = make_plan(inputs, self.input_index, self.mask, self.baseline, self.blur_sigma)
+        plan = make_plan(inputs, self._positions(inputs), self.mask, self.baseline, self.blur_sigma)
         k_max = int(plan.features.max())
         if k_max > self.max_features:
             raise ValueError(

@@ -55,8 +55,16 @@ class LayerMethod(Method):
                 )
         self.input_index = input_index
 
-    def _wrt(self, inputs: Inputs) -> list[int]:
-        """The positions of the inputs attributed (see ``input_index``)."""
+    def attributed_inputs(self, inputs: Inputs) -> list[int]:
+        """The positions of the model inputs this method attributes for ``inputs`` (see ``input_index``).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> t, img = keras.Input((3,), name="tab"), keras.Input((4, 4, 1), name="img")
+            >>> m = keras.Model([t, img], keras.layers.Concatenate()([t, keras.layers.Flatten()(img)]))
+            >>> ks.Saliency(m).attributed_inputs(Inputs([np.zeros((1, 3)), np.zeros((1, 4, 4, 1))]))
+            [1]
+        """
         return gradient_inputs(self.model, inputs, self.input_index)
 
     def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
@@ -117,7 +125,7 @@ class Saliency(LayerMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         if self._layer is not None:
             return self._explain_at(inputs, None, targets)
-        wrt = self._wrt(inputs)
+        wrt = self.attributed_inputs(inputs)
         result = self.engine.gradients(
             inputs, targets, wrt_inputs=wrt, rule=self.rule, batch_size=self.batch_size, progress=self.progress
         )

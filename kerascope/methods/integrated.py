@@ -157,7 +157,7 @@ class PathMethod(LayerMethod):
 
     def _ends(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
         """What the path ends at: the attributed inputs (``input_index``), or the layer's activations."""
-        return [inputs.arrays[i] for i in self._wrt(inputs)] if values is None else [values]
+        return [inputs.arrays[i] for i in self.attributed_inputs(inputs)] if values is None else [values]
 
     def _integrate(
         self, inputs: Inputs, targets: Any, resolved: np.ndarray, count: int, path_rows: Callable,
@@ -193,7 +193,7 @@ class PathMethod(LayerMethod):
                 points.append(base + alpha * (x - base))
                 deltas.append(x.astype(np.float64) - base)
             if values is None:  # the attributed inputs move along the path, the others keep their values
-                wrt = self._wrt(inputs)
+                wrt = self.attributed_inputs(inputs)
                 result = self.engine.gradients(
                     Inputs(inputs.model_arg(_substitute(inputs, owners, wrt, points))),
                     row_targets(targets, resolved, owners),
@@ -349,7 +349,7 @@ class IntegratedGradients(PathMethod):
 
     def _baselines(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
         if values is None:
-            wrt = self._wrt(inputs)
+            wrt = self.attributed_inputs(inputs)
             chosen = Inputs([inputs.arrays[i] for i in wrt])
             return resolve_baselines(_chosen_baselines(self.baseline, inputs, wrt), chosen, self.blur_sigma)
         return [_layer.baseline_values(self.baseline, self.engine, inputs, self._layer, values, self.batch_size)]
@@ -363,7 +363,7 @@ class IntegratedGradients(PathMethod):
             targets = targets if callable(targets) else resolved
         if values is None:
             arg = inputs if at_baseline is None else Inputs(inputs.model_arg(
-                _substitute(inputs, np.arange(inputs.num_samples), self._wrt(inputs), at_baseline)))
+                _substitute(inputs, np.arange(inputs.num_samples), self.attributed_inputs(inputs), at_baseline)))
             return forward_scores(self.engine, arg, targets, self.batch_size)
         return self._layer_scores(inputs, targets, values if at_baseline is None else at_baseline[0])
 
@@ -403,7 +403,7 @@ class IntegratedGradients(PathMethod):
                 inputs, attributions[0], scores, resolved, completeness_error=error, baseline_scores=base_scores
             )
         return self._input_result(
-            inputs, self._wrt(inputs), attributions, scores, resolved, completeness_error=error,
+            inputs, self.attributed_inputs(inputs), attributions, scores, resolved, completeness_error=error,
             baseline_scores=base_scores,
         )
 
@@ -516,7 +516,7 @@ class IntegratedGradients(PathMethod):
         }
         if values is not None:
             return self._layer_result(inputs, attributions[0], scores.astype(np.float32), resolved, **extras)
-        return self._input_result(inputs, self._wrt(inputs), attributions, scores.astype(np.float32), resolved, **extras)
+        return self._input_result(inputs, self.attributed_inputs(inputs), attributions, scores.astype(np.float32), resolved, **extras)
 
     def _layer_scores(self, inputs: Inputs, targets: Any, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Scores with the layer's output replaced by ``values`` (and the resolved targets)."""
@@ -674,7 +674,7 @@ class ExpectedGradients(PathMethod):
     def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
         """At the inputs (``values=None``) or at the layer: the background is then activations."""
         if values is None:
-            background = self._background(inputs, self._wrt(inputs))
+            background = self._background(inputs, self.attributed_inputs(inputs))
         else:
             background = [_layer.baseline_values(
                 self.baseline, self.engine, inputs, self._layer, values, self.batch_size, background=True)]
@@ -696,7 +696,7 @@ class ExpectedGradients(PathMethod):
                 inputs, attributions[0], scores, resolved, baseline_indices=choice, alphas=alphas
             )
         return self._input_result(
-            inputs, self._wrt(inputs), attributions, scores, resolved, baseline_indices=choice, alphas=alphas
+            inputs, self.attributed_inputs(inputs), attributions, scores, resolved, baseline_indices=choice, alphas=alphas
         )
 
     def _run_to_tolerance(
@@ -746,7 +746,7 @@ class ExpectedGradients(PathMethod):
         extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
         if values is not None:
             return self._layer_result(inputs, attributions[0], scores, resolved, **extras)
-        return self._input_result(inputs, self._wrt(inputs), attributions, scores, resolved, **extras)
+        return self._input_result(inputs, self.attributed_inputs(inputs), attributions, scores, resolved, **extras)
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (the background reported by its shape).

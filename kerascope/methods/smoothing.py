@@ -175,8 +175,8 @@ class NoiseWrapper(Method):
             return self._explain_layer(inputs, targets)
         n, s = inputs.num_samples, self.samples
         # the inputs the base attributes (its input_index), else (DeepLIFT) every input, float ones noised
-        chooses = hasattr(self._base, "_wrt")
-        wrt = self._base._wrt(inputs) if chooses else list(range(len(inputs.arrays)))
+        chooses = hasattr(self._base, "attributed_inputs")
+        wrt = self._base.attributed_inputs(inputs) if chooses else list(range(len(inputs.arrays)))
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         noised = [k in wrt and np.issubdtype(a.dtype, np.floating) for k, a in enumerate(inputs.arrays)]
         sigmas = [
@@ -263,13 +263,13 @@ class NoiseWrapper(Method):
         fraction (:class:`~kerascope.methods._convergence.PairMoments`) is ``<= tolerance``."""
         n = inputs.num_samples
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-        chooses = self._layer is None and hasattr(self._base, "_wrt")
+        chooses = self._layer is None and hasattr(self._base, "attributed_inputs")
         if self._layer is not None:
             ends = [_layer.activations(self.engine, inputs, self._layer, self.batch_size)]
         else:
             ends = inputs.arrays
         # attributed: the base's chosen inputs (input_index), else every input; noised: those with float values
-        wrt = self._base._wrt(inputs) if chooses else list(range(len(ends)))
+        wrt = self._base.attributed_inputs(inputs) if chooses else list(range(len(ends)))
         noised = [k in wrt and np.issubdtype(a.dtype, np.floating) for k, a in enumerate(ends)]
         sigmas = [
             (self.noise * (a.reshape(n, -1).max(axis=1) - a.reshape(n, -1).min(axis=1))).astype(np.float32)

@@ -209,10 +209,10 @@ class NoiseWrapper(Method):
             explained = self._base._explain(chunk, row_targets(targets, resolved, owners))
             ones = np.ones(len(rows))
             produced = as_list(explained.attributions)
-            expected = [(len(rows), *a.shape[1:]) for a in inputs.arrays]
+            expected = [(len(rows), *inputs.arrays[k].shape[1:]) for k in wrt]
             if [np.shape(a) for a in produced] != expected:
                 raise ValueError(
-                    "The base method must attribute every model input, in the inputs' shape, to be averaged "
+                    "The base method must attribute every chosen model input, in the inputs' shape, to be averaged "
                     f"over noisy copies. Received: base={self.base!r}, which returned shapes "
                     f"{[np.shape(a) for a in produced]} for inputs of shapes {expected}. Use a gradient method "
                     "(saliency, gradient_x_input, integrated_gradients, guided_backprop, ...)."

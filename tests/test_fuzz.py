@@ -220,8 +220,7 @@ def expected_shapes(name: str, kind: str, inputs: Any, params: dict[str, Any]) -
     cls = registry.get(name)
     cam = issubclass(cls, kerascope.methods.cam.CAM)
     if name == "guided_gradcam":
-        index = params.get("input_index")
-        return [arrays[0 if index in (None, 0, "p", "image") else 1].shape]
+        return [arrays[_position(params.get("input_index"), len(arrays))].shape]
     if cam:
         if params.get("upsample", True) is False:
             return None
@@ -232,7 +231,16 @@ def expected_shapes(name: str, kind: str, inputs: Any, params: dict[str, Any]) -
     if index is None:
         return [arrays[0].shape] if name == "occlusion" else [a.shape for a in arrays]
     picks = index if isinstance(index, list) else [index]
-    return [arrays[["p", "q", "image"].index(i) % 2 if isinstance(i, str) else i].shape for i in picks]
+    return [arrays[_position(i, len(arrays))].shape for i in picks]
+
+
+def _position(index: Any, count: int) -> int:
+    """The position an accepted ``input_index`` (None, a position, an input name) stands for."""
+    if index is None:
+        return 0
+    if isinstance(index, str):
+        return {"p": 0, "q": 1, "image": 0}[index]
+    return int(index) % count
 
 
 FEATURE_METHODS = {"feature_ablation", "kernel_shap", "lime", "shapley_exact", "shapley_sampling"}
@@ -603,6 +611,7 @@ REGRESSIONS = [
     ("rise", "functional", {"masks": 8, "p": "0.5"}, None, r"Received: p='0.5'"),
     ("xgradcam", "multi_output", {"output_index": "a", "layer": "b"}, None, r"does not depend on the output of layer 'b'"),
     ("lrp", "functional", {"rules": 3}, None, r"Received: rules=3"),
+    ("lrp", "subclassed", {"stabilizer": NAN}, None, r"`stabilizer` must be a finite number"),
 ]
 
 

@@ -19,7 +19,7 @@ from kerascope.core.layers import iter_layers
 from kerascope.core.lrp_composites import COMPOSITES, assign_rules, composite_rules
 from kerascope.core.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
 from kerascope.core.lrp_walk import LRPBackward, classify
-from kerascope.methods.base import Method, UnsupportedModelError
+from kerascope.methods.base import Method, UnsupportedModelError, check_number
 from kerascope.methods.registry import register
 
 __all__ = ["COMPOSITES", "LRP", "AlphaBeta", "Epsilon", "Flat", "Gamma", "Rule", "ZBox", "ZPlus", "check_lrp_support"]
@@ -123,7 +123,7 @@ class LRP(Method):
         self.composite = composite
         self.rules = dict(rules or {})
         self.epsilon, self.gamma, self.low, self.high = epsilon, gamma, low, high
-        self.stabilizer = stabilizer
+        self.stabilizer = check_number(stabilizer, "stabilizer", low=0.0)
         self.init = init
         self._composite = composite_rules(composite, epsilon=epsilon, gamma=gamma, low=low, high=high,
                                           stabilizer=stabilizer)

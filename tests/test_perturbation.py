@@ -133,5 +133,5 @@ def test_perturbation_errors():
         ks.RISE(tabular, masks=2).explain(np.zeros((1, 4), np.float32))
     a, b = keras.Input((2,)), keras.Input((2,))
     two = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
-    with pytest.raises(ValueError, match="one input"):
+    with pytest.raises(ValueError, match="none of them are images.*choose the input.*`input_index=`"):
         ks.Occlusion(two, window=1).explain([np.zeros((1, 2)), np.zeros((1, 2))])

@@ -46,7 +46,7 @@ from kerascope.numeric.chunking import check_batch_size
 
 __all__ = [
     "OUTPUT_SPACES", "RULES", "SATURATED_HIGH", "SATURATED_LOW", "ChunkScorer", "Engine", "GradientResult",
-    "Transform", "engine_for",
+    "NonFiniteError", "Transform", "check_finite", "engine_for",
 ]
 
 RULES = (None, "guided", "deconvnet", "deeplift")
@@ -55,6 +55,38 @@ Transform = Callable[[Any, Any], Any]
 """``transform(layer_output, extra)``: what a layer's output becomes in :meth:`Engine.scorer`."""
 ChunkScorer = Callable[..., tuple[np.ndarray, np.ndarray]]
 """``(arrays, indices, extra=None) -> (scores, resolved_targets)`` for one chunk (see :meth:`Engine.scorer`)."""
+
+
+class NonFiniteError(ValueError):
+    """The model's scores or the attributions hold NaN or infinite values (never returned silently).
+
+    Example:
+        >>> issubclass(NonFiniteError, ValueError)
+        True
+    """
+
+
+def check_finite(values: Any, what: str, advice: str = "") -> None:
+    """Raise :class:`NonFiniteError` naming ``what`` and the samples when ``values`` (batch first) is not finite.
+
+    Example:
+        >>> import numpy as np
+        >>> check_finite(np.array([1.0, np.inf]), "the model's scores")
+        Traceback (most recent call last):
+        ...
+        kerascope.core.engine.NonFiniteError: NaN or infinite values in the model's scores: 1 value(s), samples [1]. Received: 0 NaN, 1 infinite.
+    """
+    array = np.asarray(values)
+    if not np.issubdtype(array.dtype, np.floating) or np.all(np.isfinite(array)):
+        return
+    bad = ~np.isfinite(array)
+    samples = np.flatnonzero(bad.reshape(len(array), -1).any(axis=1)) if array.ndim else np.array([0])
+    nans = int(np.isnan(array).sum())
+    raise NonFiniteError(
+        f"NaN or infinite values in {what}: {int(bad.sum())} value(s), samples {samples.tolist()[:10]}"
+        f"{' ...' if len(samples) > 10 else ''}. Received: {nans} NaN, {int(bad.sum()) - nans} infinite."
+        + (f" {advice}" if advice else "")
+    )
 
 
 @dataclass
@@ -170,6 +202,20 @@ class Engine:
         """
         return self.space.gives_probabilities
 
+    @property
+    def cache_size(self) -> int:
+        """How many compiled functions (and memoised facts) this engine holds: constant once warm.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> e = Engine(m)
+            >>> sizes = [(e.scores(np.ones((1, 3)), lambda o: o[:, 1]), e.cache_size)[1] for _ in range(3)]
+            >>> sizes[0] == sizes[2]
+            True
+        """
+        return len(self._compiled)
+
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """Return the value cached under ``key`` for this model, computing it once.
 
@@ -264,7 +310,29 @@ class Engine:
         self._detect_softmax(prepared)
         if target_fn is None:
             self._check_target_range(prepared, indices)
+        else:
+            self._check_callable(prepared, target_fn)
         return prepared, indices, target_fn
+
+    def _check_callable(self, inputs: Inputs, target_fn: Callable) -> None:
+        """Call a callable target once, eagerly, on 3 rows: it must return one score per sample."""
+        key = ("callable_ok", targets_lib.callable_key(target_fn), inputs.signature)
+        if key in self._compiled:
+            return
+        rows = [np.concatenate([a[:1]] * 3) for a in inputs.arrays]  # 3 rows: not a usual class count
+        with contextlib.ExitStack() as stack:
+            outputs = self.call_model(inputs.model_arg(rows), stack, self.space.bypass())
+            try:
+                values = target_fn(outputs)
+            except Exception as error:
+                raise TypeError(
+                    f"The callable target raised {type(error).__name__}: {error}. Received: "
+                    f"targets={getattr(target_fn, '__name__', target_fn)!r}, called with the model's outputs "
+                    f"{keras.tree.map_structure(lambda t: tuple(t.shape), outputs)}. A callable target "
+                    "takes the outputs (batch first) and returns one score per sample."
+                ) from error
+        targets_lib.check_scores_shape(values, 3)
+        self._compiled[key] = True
 
     def explained_layer(self) -> keras.Layer | None:
         """The layer whose output is explained instead of the model's (``output_layer=``), or None.
@@ -324,7 +392,7 @@ class Engine:
         the inputs (a dict with other keys, a list for a single-input ``call``): their error
         comes here, eagerly and in kerascope's words, instead of from inside a compiled function.
         """
-        key = ("model_accepts", inputs.kind, tuple(inputs.keys or ()), _signature(inputs))
+        key = ("model_accepts", inputs.signature)
 
         def call() -> bool:
             try:
@@ -451,7 +519,14 @@ class Engine:
     def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:
         """``(scores, resolved targets)`` of the model outputs (inside a compiled function)."""
         if target_fn is not None:
-            return keras.ops.reshape(target_fn(outputs), (-1,)), indices
+            values = target_fn(outputs)
+            shape = tuple(values.shape)
+            rows = tuple(keras.ops.shape(keras.tree.flatten(outputs)[0]))[0]
+            if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1) or (
+                isinstance(rows, int) and isinstance(shape[0], int) and shape[0] != rows
+            ):  # also checked eagerly in `prepare`; this guards callers of `scorer` that skip it
+                targets_lib.check_scores_shape(values, rows)
+            return keras.ops.reshape(values, (-1,)), indices
         return targets_lib.class_scores(self.select(outputs), indices)
 
     def _build(
@@ -572,8 +647,8 @@ class Engine:
         prepared, indices, target_fn = self.prepare(prepared, targets)
         _check_differentiable(prepared, wrt)
         key = (
-            resolved_layers, wrt, tuple(id(w) for w in weights), rule, target_fn,
-            _signature(prepared), tuple((s[1:], d) for s, d in replace_specs),
+            resolved_layers, wrt, tuple(id(w) for w in weights), rule, _target_key(target_fn),
+            prepared.signature, tuple((s[1:], d) for s, d in replace_specs),
         )
         fn = self._compiled.get(key)
         if fn is None:
@@ -589,7 +664,7 @@ class Engine:
         return result
 
     def _check_target_range(self, inputs: Inputs, indices: np.ndarray) -> None:
-        key = ("output_shape", _signature(inputs))
+        key = ("output_shape", inputs.signature)
         if key not in self._compiled:  # symbolic shape inference once per input signature
             try:
                 if self.output_layer is not None:  # no symbolic pass reaches an inner layer: one eager sample
@@ -600,6 +675,12 @@ class Engine:
                         [keras.KerasTensor((None, *a.shape[1:]), a.dtype.name) for a in inputs.arrays])))
             except Exception:
                 out = None
+            if out is None:  # no symbolic pass (some subclassed models): one eager sample
+                try:
+                    with contextlib.ExitStack() as stack:
+                        out = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                except Exception:
+                    out = None
             # choosing the output here, eagerly, raises kerascope's own message (not wrapped in a trace)
             self._compiled[key] = None if out is None else tuple(self.select(out).shape)
         shape = self._compiled[key]
@@ -619,7 +700,7 @@ class Engine:
         """
         prepared = self.check_inputs(inputs)
         self._detect_softmax(prepared)
-        key = ("forward", _signature(prepared))
+        key = ("forward", prepared.signature)
         fn = self._compiled.get(key)
         if fn is None:
             bypass = self.space.bypass()
@@ -674,7 +755,7 @@ class Engine:
             )
         self._detect_softmax(inputs)
         extra_key = None if extra_spec is None else (tuple(extra_spec[0][1:]), extra_spec[1])
-        key = ("intervene", layer, transform, target_fn, _signature(inputs), extra_key)
+        key = ("intervene", layer, transform, _target_key(target_fn), inputs.signature, extra_key)
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -752,9 +833,9 @@ def _check_differentiable(inputs: Inputs, wrt: Sequence[int]) -> None:
             )
 
 
-def _signature(inputs: Inputs) -> tuple[Any, ...]:
-    """Per-sample shapes and dtypes of the inputs: the part of a cache key that depends on them."""
-    return tuple((s[1:], d) for s, d in inputs.specs)
+def _target_key(target_fn: Callable | None) -> Any:
+    """Cache-key part of a target: equivalent callables (a new lambda per call) share one compiled function."""
+    return None if target_fn is None else targets_lib.callable_key(target_fn)
 
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:
@@ -776,13 +857,15 @@ def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:
     )
 
 
+_SCORE_ADVICE = "Check the inputs' preprocessing, the model's weights and the target (a callable's arithmetic)."
+
+
 def _check_finite(result: GradientResult) -> None:
-    if not np.all(np.isfinite(result.scores)):
-        raise FloatingPointError(
-            "The model produced NaN or infinite scores for some inputs "
-            f"(samples {np.flatnonzero(~np.isfinite(result.scores)).tolist()[:10]}). "
-            "Check the inputs' preprocessing and the model's weights."
-        )
+    check_finite(result.scores, "the model's scores", _SCORE_ADVICE)
+    for i, grads in enumerate(result.input_grads):
+        check_finite(grads, f"the gradients w.r.t. input {i}", "The model's gradient overflows for these inputs.")
+    for i, grads in enumerate(result.layer_grads):
+        check_finite(grads, f"the gradients at probed layer {i}", "The model's gradient overflows for these inputs.")
 
 
 _ENGINES: weakref.WeakKeyDictionary[keras.Layer, dict[Any, Engine]] = weakref.WeakKeyDictionary()

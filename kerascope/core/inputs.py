@@ -18,6 +18,15 @@ class Inputs:
     float32 (float64 images work with a float32 model); integer inputs (token
     ids) keep their dtype.
 
+    Two structures are kept: the user's (``kind``, ``keys``: how results are
+    returned, :meth:`rebuild`) and the one the model is called with
+    (:meth:`model_arg`). They are the same until :func:`check_against_model`
+    matches the inputs to a model with a known input signature: a dict is then
+    matched by name (any key order) and a list by position, ``arrays`` (and
+    ``keys``) are put in the order of ``model.inputs``, and the model is always
+    called the same way, whatever structure the user passed. :attr:`signature`
+    (part of every compiled function's cache key) includes the call structure.
+
     Example:
         >>> import numpy as np
         >>> x = Inputs(np.zeros((2, 3), "float64"))
@@ -37,6 +46,7 @@ class Inputs:
         else:
             self.kind, self.keys = "single", None
             raw = [inputs]
+        self.call_kind, self.call_keys = self.kind, self.keys
         if not raw:
             raise ValueError("`inputs` is empty. Received: inputs=[]. Pass an array of shape (batch, ...).")
         self.arrays = [_as_array(x, i) for i, x in enumerate(raw)]
@@ -60,11 +70,7 @@ class Inputs:
             >>> Inputs({"a": np.zeros((1, 2))}).model_arg([1])
             {'a': 1}
         """
-        if self.kind == "dict":
-            return dict(zip(self.keys, arrays))
-        if self.kind == "list":
-            return list(arrays)
-        return arrays[0]
+        return self.structurer()(arrays)
 
     @property
     def batch_size(self) -> int:
@@ -89,22 +95,29 @@ class Inputs:
             >>> Inputs([np.zeros((1, 2))]).structurer()(["x"])
             ['x']
         """
-        kind, keys = self.kind, self.keys
-        if kind == "dict":
-            return lambda arrays: dict(zip(keys, arrays))
-        if kind == "list":
-            return list
-        return lambda arrays: arrays[0]
+        return _structurer(self.call_kind, self.call_keys)
 
     def rebuild(self, arrays: list[Any]) -> Any:
-        """Same as :meth:`model_arg`: results per input in the user's structure.
+        """Results per input (in the order of :attr:`arrays`) in the user's structure.
 
         Example:
             >>> import numpy as np
             >>> Inputs([np.zeros((1, 2)), np.zeros((1, 3))]).rebuild(["a", "b"])
             ['a', 'b']
         """
-        return self.model_arg(arrays)
+        return _structurer(self.kind, self.keys)(arrays)
+
+    @property
+    def signature(self) -> tuple[Any, ...]:
+        """What a compiled function depends on: the call structure and per-sample shapes and dtypes.
+
+        Example:
+            >>> import numpy as np
+            >>> Inputs({"b": np.zeros((4, 3)), "a": np.zeros((4, 1))}).signature
+            (('dict', ('b', 'a')), ((3,), 'float32'), ((1,), 'float32'))
+        """
+        structure = (self.call_kind, None if self.call_keys is None else tuple(self.call_keys))
+        return (structure, *((s[1:], d) for s, d in self.specs))
 
     @property
     def specs(self) -> list[tuple[tuple[int, ...], str]]:
@@ -128,6 +141,15 @@ class Inputs:
         for start, stop in chunk_bounds(self.num_samples, batch_size):
             part = slice(start, stop)
             yield part, [a[part] for a in self.arrays]
+
+
+def _structurer(kind: str, keys: list[str] | None) -> Callable[[list[Any]], Any]:
+    if kind == "dict":
+        names = list(keys or [])
+        return lambda arrays: dict(zip(names, arrays))
+    if kind == "list":
+        return list
+    return lambda arrays: arrays[0]
 
 
 def _as_array(x: Any, index: int) -> np.ndarray:
@@ -168,34 +190,83 @@ def _as_array(x: Any, index: int) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def check_against_model(model: Any, inputs: Inputs) -> None:
-    """Raise a clear error when the input shapes do not match the model's inputs.
+def model_input_names(model: Any) -> tuple[list[str], str] | None:
+    """The names of the model's inputs in the order of ``model.inputs`` and how it is called.
 
-    Only models with a known input signature (Functional / Sequential) are
-    checked; subclassed models are checked by their own forward pass.
+    Returns ``(names, call_kind)`` (``"dict"``: the model was built on a dict of
+    inputs and is called with one; ``"list"`` / ``"single"``: positionally), or
+    ``None`` when the model has no known input signature (subclassed models).
+
+    Example:
+        >>> import keras
+        >>> p, q = keras.Input((2,), name="p"), keras.Input((3,), name="q")
+        >>> model_input_names(keras.Model([q, p], keras.layers.Concatenate()([p, q])))
+        (['q', 'p'], 'list')
+    """
+    try:
+        tensors = list(model.inputs)
+    except Exception:
+        return None
+    if not tensors:
+        return None
+    struct = getattr(model, "_inputs_struct", None)  # Functional: the structure it was built with
+    if isinstance(struct, dict) and all(not isinstance(v, (dict, list, tuple)) for v in struct.values()):
+        return sorted(struct), "dict"  # Keras flattens a dict by sorted keys: model.inputs' order
+    return [t.name for t in tensors], "single" if len(tensors) == 1 else "list"
+
+
+def check_against_model(model: Any, inputs: Inputs) -> None:
+    """Match ``inputs`` to the model's inputs (by name or position) and check their shapes.
+
+    A dict is matched by name, in any key order (as Keras does); a list or a
+    single array by position. ``inputs`` is reordered in place to the order of
+    ``model.inputs`` and will call the model in one fixed structure, so the
+    compiled functions (keyed by :attr:`Inputs.signature`) never see two
+    orders. Only models with a known input signature (Functional / Sequential)
+    are matched; subclassed models are checked by their own forward pass.
 
     Example:
         >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-        >>> check_against_model(m, Inputs(np.zeros((2, 3))))
+        >>> p, q = keras.Input((2,), name="p"), keras.Input((3,), name="q")
+        >>> m = keras.Model([p, q], keras.layers.Concatenate()([p, q]))
+        >>> x = Inputs({"q": np.zeros((1, 3)), "p": np.zeros((1, 2))})
+        >>> check_against_model(m, x)
+        >>> x.keys, [a.shape for a in x.arrays], type(x.model_arg(x.arrays)).__name__
+        (['p', 'q'], [(1, 2), (1, 3)], 'list')
     """
-    try:
-        expected = [tuple(t.shape) for t in model.inputs]
-    except Exception:
+    known = model_input_names(model)
+    if known is None:
         return
-    if not expected:
-        return
-    if len(expected) != len(inputs.arrays):
+    names, call_kind = known
+    expected = [tuple(t.shape) for t in model.inputs]
+    if inputs.kind == "dict":
+        given = list(inputs.keys or [])
+        if sorted(map(str, given)) != sorted(names):
+            missing = [n for n in names if n not in given]
+            unknown = [k for k in given if k not in names]
+            raise ValueError(
+                f"The input dict's keys do not match the names of model {model.name!r}'s inputs. "
+                f"Received keys: {given}. Expected keys (any order): {names}"
+                + (f"; missing: {missing}" if missing else "")
+                + (f"; unknown: {unknown}" if unknown else "")
+                + ". Pass a dict with exactly these keys, or a list of arrays in this order."
+            )
+        order = [given.index(n) for n in names]
+        inputs.arrays = [inputs.arrays[i] for i in order]
+        inputs.keys = list(names)
+    elif len(expected) != len(inputs.arrays):
         raise ValueError(
-            f"Model {model.name!r} takes {len(expected)} input(s) but received {len(inputs.arrays)}. "
+            f"Model {model.name!r} takes {len(expected)} input(s) ({names}) but received {len(inputs.arrays)}. "
             f"Expected shapes: {expected}. Received shapes: {[a.shape for a in inputs.arrays]}."
         )
+    inputs.call_kind, inputs.call_keys = call_kind, (list(names) if call_kind == "dict" else None)
     for i, (want, arr) in enumerate(zip(expected, inputs.arrays)):
         got = arr.shape
         ok = len(want) == len(got) and all(w is None or w == g for w, g in zip(want[1:], got[1:]))
         if not ok:
+            label = f"Input {i}" if len(names) == 1 else f"Input {i} ({names[i]!r})"
             raise ValueError(
-                f"Input {i} does not match the model's input shape. Received: shape={got}. "
+                f"{label} does not match the model's input shape. Received: shape={got}. "
                 f"Expected: {want} (None = any size). Resize or reshape the inputs, e.g. "
                 "images to the model's height and width with a batch axis first."
             )

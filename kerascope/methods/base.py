@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import keras
 import numpy as np
 
-from kerascope.core.engine import Engine, engine_for
+from kerascope.core.engine import Engine, check_finite, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.progress import Progress, progress_scope
@@ -221,6 +221,10 @@ class Method:
         layer: str | None = None,
         **extras: Any,
     ) -> Explanation:
+        check_finite(scores, "the model's scores", "Check the inputs' preprocessing and the model's weights.")
+        for i, values in enumerate(attributions):  # never a silent NaN map
+            what = "the attributions" + (f" of input {i}" if len(attributions) > 1 else "")
+            check_finite(values, f"{what} ({self.name})", "The model's gradients or scores overflow for these inputs.")
         single = inputs.kind == "single" or len(attributions) == 1
         return Explanation(
             attributions=attributions[0] if single else inputs.rebuild(attributions),

@@ -169,7 +169,7 @@ class CAM(Method):
         return spatial.choose_input(self.model, inputs, self.input_index)
 
     def _signature(self, inputs: Inputs) -> tuple:
-        return tuple((shape[1:], dtype) for shape, dtype in inputs.specs)
+        return inputs.signature
 
     def resolve_layer(self, inputs: Inputs) -> keras.Layer:
         """The feature layer used for ``inputs`` (explicit, or the default one).

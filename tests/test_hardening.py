@@ -1,0 +1,258 @@
+"""Issue 13, silent wrong results: inputs, targets, shared layers, caches, NaN, memory.
+
+Every check compares against something independent: closed-form gradients of small
+models written in numpy (so the file runs on TensorFlow, JAX and PyTorch), plus a
+hand-written ``tf.GradientTape`` on TensorFlow.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import kerascope as ks
+from kerascope.core.engine import NonFiniteError, engine_for
+from kerascope.methods import registry
+
+BACKEND = keras.backend.backend()
+
+
+# --------------------------------------------------------------------- models
+def two_input_model(seed: int = 0) -> keras.Model:
+    """out = Dense_o(tanh(Dense_p(p)) + Dense_q(q)): inputs 'p' (3,) and 'q' (2,)."""
+    rng = np.random.default_rng(seed)
+    p, q = keras.Input((3,), name="p"), keras.Input((2,), name="q")
+    hp = keras.layers.Dense(4, activation="tanh", name="dp")(p)
+    hq = keras.layers.Dense(4, name="dq")(q)
+    out = keras.layers.Dense(3, name="o")(keras.layers.Add()([hp, hq]))
+    model = keras.Model([p, q], out, name="two_inputs")
+    for layer in model.layers:
+        if layer.weights:
+            layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    return model
+
+
+def two_input_reference(model: keras.Model, p: np.ndarray, q: np.ndarray, t: int) -> list[np.ndarray]:
+    """Closed-form d out[:, t] / d(p, q)."""
+    wp, bp = model.get_layer("dp").get_weights()
+    wq, _ = model.get_layer("dq").get_weights()
+    wo = model.get_layer("o").get_weights()[0][:, t]
+    hp = np.tanh(p @ wp + bp)
+    return [((1 - hp**2) * wo) @ wp.T, np.tile(wq @ wo, (len(q), 1))]
+
+
+def tape_gradients(model: keras.Model, arrays: list[np.ndarray], t: int) -> list[np.ndarray]:
+    import tensorflow as tf
+
+    xs = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as tape:
+        tape.watch(xs)
+        score = model(xs)[:, t]
+    return [g.numpy() for g in tape.gradient(score, xs)]
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(1)
+    return rng.normal(size=(4, 3)).astype("float32"), rng.normal(size=(4, 2)).astype("float32")
+
+
+# ------------------------------------------------------- 1. multi-input models
+@pytest.mark.parametrize("list_first", [True, False])
+def test_multi_input_list_and_dict_in_any_order_match_the_gradient(data, list_first):
+    P, Q = data
+    model = two_input_model()
+    expected = two_input_reference(model, P, Q, 1)
+    if BACKEND == "tensorflow":
+        np.testing.assert_allclose(tape_gradients(model, [P, Q], 1)[0], expected[0], rtol=1e-5, atol=1e-6)
+    saliency = ks.Saliency(model)
+    calls = [("list", [P, Q]), ("dict", {"q": Q, "p": P}), ("dict_sorted", {"p": P, "q": Q})]
+    for kind, x in calls if list_first else calls[::-1]:
+        got = saliency.explain(x, 1).attributions
+        got = [got["p"], got["q"]] if isinstance(got, dict) else got
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6, err_msg=kind)
+        np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6, err_msg=kind)
+
+
+def test_dict_built_model_accepts_lists_and_dicts(data):
+    P, Q = data
+    base = two_input_model()
+    p, q = keras.Input((3,), name="p"), keras.Input((2,), name="q")
+    model = keras.Model({"q": q, "p": p}, base([p, q]))
+    expected = two_input_reference(base, P, Q, 2)
+    gx = ks.GradientXInput(model)
+    for x in ({"p": P, "q": Q}, [P, Q], {"q": Q, "p": P}):  # a list is in the order of model.inputs
+        got = gx.explain(x, 2).attributions
+        got = [got["p"], got["q"]] if isinstance(got, dict) else got
+        np.testing.assert_allclose(got[0], expected[0] * P, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], expected[1] * Q, rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_dict_keys_are_refused_naming_both(data):
+    P, Q = data
+    model = two_input_model()
+    with pytest.raises(ValueError, match=r"Received keys: \['x', 'p'\]. Expected keys \(any order\): \['p', 'q'\]"):
+        ks.Saliency(model).explain({"x": Q, "p": P}, 0)
+    with pytest.raises(ValueError, match=r"missing: \['q'\]"):
+        ks.Saliency(model).explain({"p": P}, 0)
+    with pytest.raises(ValueError, match=r"unknown: \['r'\]"):
+        ks.Occlusion(model, window=1).explain({"p": P, "q": Q, "r": Q}, 0)
+    with pytest.raises(ValueError, match=r"takes 2 input\(s\) \(\['p', 'q'\]\) but received 1"):
+        ks.Saliency(model).explain(P, 0)
+
+
+def image_two_input_model() -> keras.Model:
+    a, b = keras.Input((8, 8, 1), name="a"), keras.Input((8, 8, 1), name="b")
+    ca = keras.layers.Conv2D(2, 3, padding="same", activation="relu", name="ca")(a)
+    cb = keras.layers.Conv2D(2, 3, padding="same", activation="relu", name="cb")(b)
+    pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Concatenate()([ca, cb]))
+    return keras.Model([a, b], keras.layers.Dense(3, name="head")(pooled), name="two_images")
+
+
+def _outcome(method_name: str, model: keras.Model, x, params: dict):
+    """The attributions as a list ordered like model.inputs, or the error's type and message."""
+    try:
+        attributions = registry.build(method_name, model, dict(params)).explain(x, 1).attributions
+    except (ValueError, TypeError) as error:
+        return f"{type(error).__name__}: {error}"
+    if isinstance(attributions, dict):
+        return [attributions["a"], attributions["b"]]
+    return attributions if isinstance(attributions, list) else [attributions]
+
+
+CAMS = ("ablationcam", "eigencam", "gradcam", "gradcam_plusplus", "guided_gradcam", "hirescam", "layercam",
+        "scorecam", "xgradcam")
+PARAMS = {
+    **{name: {"input_index": 1} for name in CAMS},  # input_index counts in the order of model.inputs
+    "occlusion": {"window": 2, "input_index": 1}, "rise": {"masks": 8, "input_index": 1}, "vargrad": {"samples": 2}, "kernel_shap": {"samples": 16}, "lime": {"samples": 16},
+    "shapley_sampling": {"samples": 2}, "smoothgrad": {"samples": 2}, "smoothgrad_squared": {"samples": 2},
+    "integrated_gradients": {"steps": 4}, "expected_gradients": {"samples": 4},
+}
+
+
+@pytest.mark.parametrize("method_name", registry.available())
+def test_every_method_gives_the_same_result_for_a_list_and_a_reordered_dict(method_name):
+    rng = np.random.default_rng(2)
+    A, B = rng.uniform(size=(2, 8, 8, 1)).astype("float32"), rng.uniform(size=(2, 8, 8, 1)).astype("float32")
+    model = image_two_input_model()
+    params = PARAMS.get(method_name, {})
+    first = _outcome(method_name, model, [A, B], params)
+    second = _outcome(method_name, model, {"b": B, "a": A}, params)  # same engine, cache already warm
+    other = image_two_input_model()
+    other.set_weights(model.get_weights())
+    reverse_second = _outcome(method_name, other, [A, B], params)  # dict compiled first on this one
+    reverse_first = _outcome(method_name, other, {"b": B, "a": A}, params)
+    del reverse_first
+    for got in (second, reverse_second):
+        if isinstance(first, str):
+            assert got == first
+            continue
+        assert not isinstance(got, str), got
+        assert len(got) == len(first)
+        for g, f in zip(got, first):
+            np.testing.assert_allclose(g, f, rtol=1e-4, atol=1e-5, err_msg=method_name)
+
+
+# ------------------------------------------------------------ 2. callable targets
+def dense_model(classes: int = 3) -> keras.Model:
+    rng = np.random.default_rng(3)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(classes, name="d")], name="dense")
+    model.get_layer("d").set_weights([rng.normal(size=(4, classes)).astype("float32"), np.zeros(classes, "float32")])
+    return model
+
+
+@pytest.mark.parametrize("method", ["saliency", "occlusion"])  # gradient path and forward-only path
+def test_callable_targets_must_return_one_score_per_sample(method):
+    model = dense_model()
+    x = np.ones((3, 4), "float32")
+    params = {"window": 1} if method == "occlusion" else {}
+    explainer = registry.build(method, model, params)
+    with pytest.raises(ValueError, match=r"one score per sample. Received: shape \(3, 3\).*Expected: \(3,\) or \(3, 1\)"):
+        explainer.explain(x, lambda o: o)
+    with pytest.raises(ValueError, match=r"Received: shape \(\) .*Expected: \(3,\) or \(3, 1\)"):
+        explainer.explain(x, lambda o: keras.ops.sum(o))
+    with pytest.raises(TypeError, match="The callable target raised"):
+        explainer.explain(x, lambda o: o["missing"])
+    kernel = model.get_layer("d").get_weights()[0]
+    for fn in (lambda o: o[:, 2], lambda o: o[:, 2:3]):  # (N,) and (N, 1) are both one score per sample
+        e = registry.build("saliency", model, {}).explain(x, fn)
+        np.testing.assert_allclose(e.attributions, np.tile(kernel[:, 2], (3, 1)), rtol=1e-6)
+
+
+# --------------------------------------------------------- 3. integer targets
+@pytest.mark.parametrize("targets", [2**40, 2**32 + 2, 2**31, [0, 1, 2**33], 3, [0, 3, 1], np.int64(2**35), 2.0**40])
+def test_out_of_range_targets_are_errors_never_wrapped(targets):
+    model = dense_model()
+    x = np.ones((3, 4), "float32")
+    for method in ("saliency", "occlusion"):
+        explainer = registry.build(method, model, {"window": 1} if method == "occlusion" else {})
+        with pytest.raises(ValueError, match="out of range"):
+            explainer.explain(x, targets)
+
+
+@pytest.mark.parametrize("targets", [-1, -3, [0, -2, 1], -(2**40)])
+def test_negative_targets_are_errors(targets):
+    with pytest.raises(ValueError, match=r"must be >= 0.*targets=None for each sample's predicted class"):
+        ks.Saliency(dense_model()).explain(np.ones((3, 4), "float32"), targets)
+
+
+def test_valid_targets_explain_the_named_class():
+    model = dense_model()
+    kernel = model.get_layer("d").get_weights()[0]
+    e = ks.Saliency(model).explain(np.ones((3, 4), "float32"), [2, 0, 1])
+    np.testing.assert_allclose(e.attributions, kernel[:, [2, 0, 1]].T, rtol=1e-6)
+    assert e.targets.tolist() == [2, 0, 1]
+
+
+# --------------------------------------------- 12. no retrace per new lambda
+def test_a_new_equivalent_lambda_per_call_reuses_the_compiled_functions():
+    model = dense_model()
+    x = np.ones((2, 4), "float32")
+    engine = engine_for(model)
+    saliency, occlusion = ks.Saliency(model), ks.Occlusion(model, window=1)
+    sizes = []
+    for _ in range(6):  # a new function object per call, as in `explain(x, lambda o: o[:, 1])` in a loop
+        saliency.explain(x, lambda o: o[:, 1])
+        occlusion.explain(x, lambda o: o[:, 1])
+        sizes.append((engine.cache_size, engine.trace_count))
+    assert sizes[1:] == sizes[:1] * 5, sizes
+
+
+K = 0
+
+
+def test_equivalent_code_with_other_values_is_not_reused():
+    global K
+    model = dense_model()
+    kernel = model.get_layer("d").get_weights()[0]
+    x = np.ones((1, 4), "float32")
+    saliency = ks.Saliency(model)
+    for k in range(3):  # same code, another closure value: another function
+        np.testing.assert_allclose(saliency.explain(x, lambda o: o[:, k]).attributions[0], kernel[:, k], rtol=1e-6)  # noqa: B023 (the point)
+    for k in (2, 0):  # same code reading a global that changed
+        K = k
+        np.testing.assert_allclose(saliency.explain(x, lambda o: o[:, K]).attributions[0], kernel[:, k], rtol=1e-6)  # noqa: B023
+    weights = [np.array([1.0, 0.0, 0.0], "float32"), np.array([0.0, 0.0, 1.0], "float32")]
+    for w in weights:  # closure over an array: keyed by its content
+        got = saliency.explain(x, lambda o: keras.ops.sum(o * keras.ops.convert_to_tensor(w), axis=-1)).attributions[0]  # noqa: B023
+        np.testing.assert_allclose(got, kernel @ w, rtol=1e-6)
+
+
+# ------------------------------------------------------------ NaN and Inf
+def test_non_finite_scores_and_attributions_are_kerascope_errors():
+    model = dense_model()
+    weights = model.get_layer("d").get_weights()
+    weights[0][0, 1] = np.inf
+    model.get_layer("d").set_weights(weights)
+    x = np.ones((2, 4), "float32")
+    for method in ("saliency", "occlusion"):
+        with pytest.raises(NonFiniteError, match="NaN or infinite values in the model's scores"):
+            registry.build(method, model, {"window": 1} if method == "occlusion" else {}).explain(x, 1)
+    assert issubclass(NonFiniteError, ValueError) and not issubclass(NonFiniteError, ArithmeticError)
+    # finite scores, infinite gradient: sqrt at 0
+    root = keras.Sequential([keras.Input((2,)), keras.layers.Activation(keras.ops.sqrt), keras.layers.Dense(1)])
+    with pytest.raises(NonFiniteError, match=r"NaN or infinite values in the (gradients|attributions).*samples \[0\]"):
+        ks.Saliency(root).explain(np.array([[0.0, 1.0], [1.0, 1.0]], "float32"), 0)
+    with pytest.raises(ValueError, match="NaN or infinite values"):  # inputs: refused before any work
+        ks.Saliency(dense_model()).explain(np.array([[np.nan, 0, 0, 0]], "float32"), 0)

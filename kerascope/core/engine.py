@@ -519,14 +519,7 @@ class Engine:
     def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:
         """``(scores, resolved targets)`` of the model outputs (inside a compiled function)."""
         if target_fn is not None:
-            values = target_fn(outputs)
-            shape = tuple(values.shape)
-            rows = tuple(keras.ops.shape(keras.tree.flatten(outputs)[0]))[0]
-            if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1) or (
-                isinstance(rows, int) and isinstance(shape[0], int) and shape[0] != rows
-            ):  # also checked eagerly in `prepare`; this guards callers of `scorer` that skip it
-                targets_lib.check_scores_shape(values, rows)
-            return keras.ops.reshape(values, (-1,)), indices
+            return targets_lib.callable_scores(target_fn, outputs), indices
         return targets_lib.class_scores(self.select(outputs), indices)
 
     def _build(

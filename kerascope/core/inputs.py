@@ -130,6 +130,22 @@ class Inputs:
         """
         return [(a.shape, a.dtype.name) for a in self.arrays]
 
+    def subset(self, part: slice) -> Inputs:
+        """The samples in ``part`` (views, not copies), with the same user and call structures.
+
+        Example:
+            >>> import numpy as np
+            >>> x = Inputs({"a": np.arange(4.0)[:, None]})
+            >>> y = x.subset(slice(1, 3))
+            >>> y.num_samples, y.keys, y.arrays[0][:, 0].tolist()
+            (2, ['a'], [1.0, 2.0])
+        """
+        chunk = object.__new__(Inputs)
+        chunk.__dict__.update(self.__dict__)
+        chunk.arrays = [a[part] for a in self.arrays]
+        chunk.num_samples = len(chunk.arrays[0])
+        return chunk
+
     def chunks(self, batch_size: int) -> Iterator[tuple[slice, list[np.ndarray]]]:
         """Yield ``(slice, arrays)`` chunks of at most ``batch_size`` samples.
 

@@ -74,6 +74,23 @@ def encode(targets: Any, n: int) -> tuple[np.ndarray, Callable | None]:
     return array.astype(np.int32), None
 
 
+def subset(targets: Any, n: int, part: slice) -> Any:
+    """The targets of the samples in ``part``: a per-sample list or array is sliced, the rest kept.
+
+    ``targets`` must already be valid for ``n`` samples (see :func:`encode`).
+
+    Example:
+        >>> subset([3, 1, 2], 3, slice(1, 3)), subset(4, 3, slice(1, 3)), subset(None, 3, slice(0, 1))
+        ([1, 2], 4, None)
+    """
+    if targets is None or callable(targets):
+        return targets
+    array = np.asarray(targets)
+    if array.ndim == 1 and len(array) == n:
+        return array[part].tolist()
+    return targets
+
+
 def check_scores_shape(values: Any, rows: int) -> None:
     """Raise unless a callable target returned one score per sample: shape ``(rows,)`` or ``(rows, 1)``.
 
@@ -93,6 +110,33 @@ def check_scores_shape(values: Any, rows: int) -> None:
             "e.g. `lambda outputs: outputs[:, 2]` or `lambda outputs: keras.ops.sum(outputs, axis=-1)` "
             "(keep the batch axis)."
         )
+
+
+def callable_scores(target_fn: Callable, outputs: Any) -> Any:
+    """``target_fn(outputs)`` as ``(batch,)`` scores, refusing other shapes (works inside compiled functions).
+
+    Shapes unknown while tracing (a ``None`` batch axis) are checked eagerly by
+    ``Engine.prepare`` before anything is compiled.
+
+    Example:
+        >>> import numpy as np
+        >>> tuple(callable_scores(lambda o: o[:, 1:], np.ones((2, 2), "float32")).shape)
+        (2,)
+    """
+    values = target_fn(outputs)
+    shape = tuple(values.shape)
+    rows = tuple(ops.shape(_first(outputs)))[0]
+    known = isinstance(rows, int) and len(shape) > 0 and isinstance(shape[0], int)
+    wrong_rank = len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1)
+    if wrong_rank or (known and shape[0] != rows):
+        check_scores_shape(values, rows)
+    return ops.reshape(values, (-1,))
+
+
+def _first(outputs: Any) -> Any:
+    while isinstance(outputs, (list, tuple, dict)):
+        outputs = next(iter(outputs.values())) if isinstance(outputs, dict) else outputs[0]
+    return outputs
 
 
 def callable_key(fn: Callable) -> Any:

@@ -22,12 +22,14 @@ import keras
 import numpy as np
 
 from kerascope.core import spatial
+from kerascope.core import targets as targets_lib
 from kerascope.core.engine import GradientResult
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import find_layer
 from kerascope.methods.base import Method, UnsupportedModelError, check_flag
 from kerascope.methods.registry import register
+from kerascope.numeric.chunking import chunk_bounds
 
 
 def weighted_sum(activations: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -317,12 +319,35 @@ class CAM(Method):
         return np.maximum(before_relu, 0.0).astype(np.float32), result, layer, extras
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        # `batch_size` samples at a time: the layer's activations and gradients (far larger than
+        # the maps) are never held for all N samples, so peak memory is bounded by batch_size
+        targets_lib.encode(targets, inputs.num_samples)  # per-sample targets checked once, up front
+        parts = []
+        for start, stop in chunk_bounds(inputs.num_samples, self.batch_size):
+            part = slice(start, stop)
+            parts.append(self._explain_chunk(inputs.subset(part), targets_lib.subset(targets, inputs.num_samples, part)))
+        layer = parts[0][3]
+        extras = {
+            key: np.concatenate([p[4][key] for p in parts]) if _per_sample(value, parts[0][0]) else value
+            for key, value in parts[0][4].items()
+        }
+        return self._result(
+            inputs, [np.concatenate([p[0] for p in parts])], np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]), layer=layer, **extras,
+        )
+
+    def _explain_chunk(
+        self, inputs: Inputs, targets: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, dict[str, Any]]:
+        """``(maps, scores, targets, layer path, extras)`` for one chunk of samples."""
         cams, result, layer, extras = self._maps(inputs, targets)
         if self.upsample:
             cams = result.layout.upsample(cams)
-        return self._result(
-            inputs, [cams], result.scores, result.targets, layer=self.engine.path_of(layer), **extras
-        )
+        return cams, result.scores, result.targets, self.engine.path_of(layer), extras
+
+
+def _per_sample(value: Any, maps: np.ndarray) -> bool:
+    return isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == len(maps)
 
 
 def refuse_token_ids(inputs: Inputs, index: int, method: str, why: str) -> None:
@@ -379,7 +404,9 @@ class GuidedGradCAM(CAM):
     description = "Guided backprop multiplied by the upsampled Grad-CAM map (Selvaraju et al. 2017)."
     aliases = ("guided_grad_cam",)
 
-    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+    def _explain_chunk(
+        self, inputs: Inputs, targets: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, dict[str, Any]]:
         index = self.chosen_input(inputs)
         refuse_token_ids(inputs, index, "GuidedGradCAM", "guided backpropagation differentiates the input")
         cams, result, layer = self.maps(inputs, targets)
@@ -391,6 +418,4 @@ class GuidedGradCAM(CAM):
         )
         grads = np.asarray(guided.input_grads[0])
         attributions = grads * cams.reshape(cams.shape + (1,) * (grads.ndim - cams.ndim))
-        return self._result(
-            inputs, [attributions], result.scores, result.targets, layer=self.engine.path_of(layer)
-        )
+        return attributions, result.scores, result.targets, self.engine.path_of(layer), {}

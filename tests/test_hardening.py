@@ -131,7 +131,12 @@ PARAMS = {
 }
 
 
-@pytest.mark.parametrize("method_name", registry.available())
+# every method on TensorFlow; one per family on JAX / PyTorch (the matching is one code path: CI time)
+FAMILIES = ["saliency", "integrated_gradients", "smoothgrad", "deeplift", "gradcam", "scorecam", "occlusion",
+            "kernel_shap"]
+
+
+@pytest.mark.parametrize("method_name", registry.available() if BACKEND == "tensorflow" else FAMILIES)
 def test_every_method_gives_the_same_result_for_a_list_and_a_reordered_dict(method_name):
     rng = np.random.default_rng(2)
     A, B = rng.uniform(size=(2, 8, 8, 1)).astype("float32"), rng.uniform(size=(2, 8, 8, 1)).astype("float32")

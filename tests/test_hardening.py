@@ -66,7 +66,7 @@ def test_multi_input_list_and_dict_in_any_order_match_the_gradient(data, list_fi
     expected = two_input_reference(model, P, Q, 1)
     if BACKEND == "tensorflow":
         np.testing.assert_allclose(tape_gradients(model, [P, Q], 1)[0], expected[0], rtol=1e-5, atol=1e-6)
-    saliency = ks.Saliency(model)
+    saliency = ks.Saliency(model, input_index=[0, 1])
     calls = [("list", [P, Q]), ("dict", {"q": Q, "p": P}), ("dict_sorted", {"p": P, "q": Q})]
     for kind, x in calls if list_first else calls[::-1]:
         got = saliency.explain(x, 1).attributions
@@ -81,7 +81,7 @@ def test_dict_built_model_accepts_lists_and_dicts(data):
     p, q = keras.Input((3,), name="p"), keras.Input((2,), name="q")
     model = keras.Model({"q": q, "p": p}, base([p, q]))
     expected = two_input_reference(base, P, Q, 2)
-    gx = ks.GradientXInput(model)
+    gx = ks.GradientXInput(model, input_index=["p", "q"])
     for x in ({"p": P, "q": Q}, [P, Q], {"q": Q, "p": P}):  # a list is in the order of model.inputs
         got = gx.explain(x, 2).attributions
         got = [got["p"], got["q"]] if isinstance(got, dict) else got
@@ -141,7 +141,9 @@ def test_every_method_gives_the_same_result_for_a_list_and_a_reordered_dict(meth
     rng = np.random.default_rng(2)
     A, B = rng.uniform(size=(2, 8, 8, 1)).astype("float32"), rng.uniform(size=(2, 8, 8, 1)).astype("float32")
     model = image_two_input_model()
-    params = PARAMS.get(method_name, {})
+    params = dict(PARAMS.get(method_name, {}))
+    if "input_index" in registry.accepted_parameters(registry.get(method_name)) and "input_index" not in params:
+        params["input_index"] = [0, 1]  # gradient methods: attribute both inputs
     first = _outcome(method_name, model, [A, B], params)
     second = _outcome(method_name, model, {"b": B, "a": A}, params)  # same engine, cache already warm
     other = image_two_input_model()

@@ -265,12 +265,38 @@ def test_non_finite_scores_and_attributions_are_kerascope_errors():
         ks.Saliency(dense_model()).explain(np.array([[np.nan, 0, 0, 0]], "float32"), 0)
 
 
+# ------------------------------------------------------- 4. shared layers
+def test_a_shared_layer_is_flagged_not_silently_read_at_its_last_call():
+    x = keras.Input((4,))
+    shared = keras.layers.Dense(4, activation="tanh", name="shared")
+    a = shared(x)
+    b = shared(keras.layers.Dense(4, name="A")(a))
+    out = keras.layers.Add()([keras.layers.Dense(2, name="o")(b), keras.layers.Dense(2, name="r")(a)])
+    model = keras.Model(x, out)
+    data = np.ones((2, 4), "float32")
+    for params in ({"layer": "shared"}, {"output_layer": "shared"}):
+        with pytest.warns(UserWarning, match="Layer 'shared' is called 2 times in one forward pass"):
+            ks.Saliency(model, **params).explain(data, 0)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        e = ks.Saliency(model, layer="A").explain(data, 0)  # called once: no warning
+    # closed form at A's output u: out_0 = tanh(u Wd + bd) Wo[:, 0] + ...; d/du = Wd ((1 - b^2) Wo[:, 0])
+    wd, bd = model.get_layer("shared").get_weights()
+    wa, ba = model.get_layer("A").get_weights()
+    wo = model.get_layer("o").get_weights()[0][:, 0]
+    u = np.tanh(data @ wd + bd) @ wa + ba
+    expected = ((1 - np.tanh(u @ wd + bd) ** 2) * wo) @ wd.T
+    np.testing.assert_allclose(e.attributions, expected, rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------ 9. memory
 LIGHT = ["saliency", "gradcam", "smoothgrad:samples=2", "integrated_gradients:steps=4", "occlusion:window=32,stride=32"]
 MiB = 2**20
 
 
-def run_memory_probe(specs: list[str], n: int = 32, batch_size: int = 16) -> list[dict]:
+def run_memory_probe(specs: list[str], n: int = 32, batch_size: int = 16, timeout: int = 600) -> list[dict]:
     import json
     import os
     import subprocess
@@ -285,7 +311,7 @@ def run_memory_probe(specs: list[str], n: int = 32, batch_size: int = 16) -> lis
     env = {**os.environ, "KERAS_BACKEND": BACKEND, "TF_CPP_MIN_LOG_LEVEL": "3", "MALLOC_MMAP_THRESHOLD_": "1048576",
            "PYTHONPATH": str(probe.parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, str(probe), str(n), str(batch_size), *specs], env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
@@ -318,4 +344,4 @@ def test_peak_memory_is_bounded_by_batch_size_for_every_method():
               "rise": "masks=16", "kernel_shap": "samples=16", "lime": "samples=16", "shapley_sampling": "samples=2",
               "feature_ablation": 'mask="grid"', "shapley_exact": 'mask="grid"'}
     specs = [f"{name}:{params[name]}" if name in params else name for name in registry.available()]
-    check_bounded(run_memory_probe(specs))
+    check_bounded(run_memory_probe(specs, timeout=3600))

@@ -427,6 +427,36 @@ class Engine:
             chosen = None
         self.space.settle(found, chosen)
 
+    def _warn_shared(self, inputs: Inputs, layers: Sequence[keras.Layer]) -> None:
+        """Warn once per layer and input signature when a probed layer is called more than once (shared).
+
+        A shared layer has one activation per call; kerascope reads its last call (and on some
+        backends its layer gradient sums over the calls), so the user is told rather than left
+        with a plausible map of the wrong call.
+        """
+        layers = [layer for layer in [*layers, self.explained_layer()] if layer is not None]
+        if not layers:
+            return
+        key = ("shared_checked", tuple(id(layer) for layer in layers), inputs.signature)
+        if key in self._compiled:
+            return
+        with contextlib.ExitStack() as stack:
+            rec = stack.enter_context(probe(layers))
+            self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+        for layer in layers:
+            calls = len(rec.outputs.get(id(layer), []))
+            if calls > 1:
+                warnings.warn(
+                    f"Layer {self.path_of(layer)!r} is called {calls} times in one forward pass (a shared "
+                    "layer), and each call has its own activation. kerascope reads its LAST call; the "
+                    "gradient there may include the other calls' contributions. Received: "
+                    f"layer={self.path_of(layer)!r}. To explain one call unambiguously, probe a layer "
+                    "that is called once (e.g. the layer right after the call you mean).",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        self._compiled[key] = True
+
     def _check_saturation(self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = ()) -> None:
         """Warn when the explained probabilities are saturated (see :meth:`OutputSpace.saturated`)."""
         bad = self.space.saturated(scores, input_grads)
@@ -639,6 +669,7 @@ class Engine:
         wrt = tuple(int(i) for i in wrt)
         prepared, indices, target_fn = self.prepare(prepared, targets)
         _check_differentiable(prepared, wrt)
+        self._warn_shared(prepared, resolved_layers)
         key = (
             resolved_layers, wrt, tuple(id(w) for w in weights), rule, _target_key(target_fn),
             prepared.signature, tuple((s[1:], d) for s, d in replace_specs),
@@ -748,6 +779,7 @@ class Engine:
             )
         self._detect_softmax(inputs)
         extra_key = None if extra_spec is None else (tuple(extra_spec[0][1:]), extra_spec[1])
+        self._warn_shared(inputs, [layer] if layer is not None else [])
         key = ("intervene", layer, transform, _target_key(target_fn), inputs.signature, extra_key)
         cached = self._compiled.get(key)
         if cached is not None:

@@ -284,16 +284,7 @@ def run(
         (3, 2)
     """
     start = time.perf_counter()
-    if engine not in ENGINES:
-        raise ValueError(f"Unknown engine. Received: engine={engine!r}. Expected one of {list(ENGINES)}.")
-    if map_dtype not in MAP_DTYPES:
-        raise ValueError(f"Unsupported map dtype. Received: map_dtype={map_dtype!r}. Expected one of {list(MAP_DTYPES)}.")
-    if batch_size < 1 or workers < 1:
-        raise ValueError(f"`batch_size` and `workers` must be >= 1. Received: batch_size={batch_size}, workers={workers}.")
-    if size is not None:  # decoded a batch at a time: memory is bounded by batch_size, not the data set
-        size = check_image_size(size, count=batch_size)
-    if map_size is not None:
-        map_size = check_image_size(map_size, count=batch_size)
+    size, map_size = _check_options(engine, map_dtype, batch_size, workers, size, map_size)
     model_path = Path(model)
     if not model_path.is_file():
         raise FileNotFoundError(f"No model file. Received: model={str(model)!r}. Batch runs need a model file.")
@@ -316,48 +307,9 @@ def run(
     config.preprocess, preprocess_reason = resolve_preprocess(explainer.model, preprocess)
     source.validate(explainer.input_shape)
     map_shape = explainer.map_shape()
-    from kerascope import __version__
-
-    manifest: dict[str, Any] = {
-        "format": 1,
-        "kerascope_version": __version__,
-        "method": explainer.method.name,
-        "method_params": explainer.params(),
-        "model_file": str(model_path),
-        "model_sha256": file_sha256(model_path),
-        "input": source.describe(),
-        "num_inputs": total,
-        "inputs_sha256": fingerprint(source),
-        "input_shape": list(explainer.input_shape),
-        "preprocess": config.preprocess,
-        "preprocess_reason": preprocess_reason,
-        "layer": explainer.params().get("layer"),
-        "targets_sha256": hashlib.sha256(target_array.tobytes()).hexdigest(),
-        "targets_missing": targets_missing,
-        "shard_size": shard_size,
-        "num_shards": sh.num_shards(total, shard_size),
-        "map_shape": list(map_shape),
-        "map_dtype": map_dtype,
-        "columns": list(sh.COLUMNS),
-    }
-    try:
-        previous = sh.read_manifest(out)
-    except ValueError:
-        if not overwrite:
-            raise
-        previous = {}
-    if previous is not None and overwrite:
-        sh.remove_outputs(out)
-        previous = None
-    if previous is not None:
-        sh.check_resumable(previous, manifest, out)
-    sh.clean_temporary(out)
-    done: set[int] = set()
-    rejected: dict[int, str] = {}
-    if previous is not None:  # reuse only shards whose checksum and content verify
-        recorded = previous.get("shards") if isinstance(previous.get("shards"), dict) else {}
-        done, rejected = sh.verify_shards(out, shard_size, total, checksums=recorded, ids=ids)
-    checksums = {str(s): previous["shards"][str(s)] for s in sorted(done)} if previous is not None else {}
+    manifest = _manifest(explainer, config, model_path, source, target_array, targets_missing, shard_size,
+                         map_shape, map_dtype, preprocess_reason, total)
+    done, rejected, checksums = _resume_state(out, manifest, shard_size, ids, overwrite)
     manifest["shards"] = checksums
     pending = [s for s in range(manifest["num_shards"]) if s not in done]
     manifest_path = sh.write_json(out / sh.MANIFEST, {**manifest, "status": "running"})
@@ -407,6 +359,85 @@ def run(
     errors_path, summary.errors_total = sh.write_errors(out) if total else (None, 0)
     summary.errors_table = str(errors_path) if errors_path else None
     summary.seconds = time.perf_counter() - start
+    _record_throughput(summary, collector, compute_start, rejected)
+    sh.write_json(out / sh.MANIFEST, {**manifest, "status": "complete", "summary": summary.as_dict()})
+    return summary
+
+
+def _check_options(engine: str, map_dtype: str, batch_size: int, workers: int, size: Any, map_size: Any
+                   ) -> tuple[Any, Any]:
+    """Refuse bad run options before any work; return the checked image and map sizes."""
+    if engine not in ENGINES:
+        raise ValueError(f"Unknown engine. Received: engine={engine!r}. Expected one of {list(ENGINES)}.")
+    if map_dtype not in MAP_DTYPES:
+        raise ValueError(f"Unsupported map dtype. Received: map_dtype={map_dtype!r}. Expected one of {list(MAP_DTYPES)}.")
+    if batch_size < 1 or workers < 1:
+        raise ValueError(f"`batch_size` and `workers` must be >= 1. Received: batch_size={batch_size}, workers={workers}.")
+    if size is not None:  # decoded a batch at a time: memory is bounded by batch_size, not the data set
+        size = check_image_size(size, count=batch_size)
+    if map_size is not None:
+        map_size = check_image_size(map_size, count=batch_size)
+    return size, map_size
+
+
+def _manifest(explainer: BatchExplainer, config: WorkerConfig, model_path: Path, source: Any,
+              target_array: np.ndarray, targets_missing: int, shard_size: int, map_shape: tuple[int, ...],
+              map_dtype: str, preprocess_reason: str, total: int) -> dict[str, Any]:
+    """What identifies the run: method, parameters, model and input fingerprints, shard layout."""
+    from kerascope import __version__
+
+    return {
+        "format": 1,
+        "kerascope_version": __version__,
+        "method": explainer.method.name,
+        "method_params": explainer.params(),
+        "model_file": str(model_path),
+        "model_sha256": file_sha256(model_path),
+        "input": source.describe(),
+        "num_inputs": total,
+        "inputs_sha256": fingerprint(source),
+        "input_shape": list(explainer.input_shape),
+        "preprocess": config.preprocess,
+        "preprocess_reason": preprocess_reason,
+        "layer": explainer.params().get("layer"),
+        "targets_sha256": hashlib.sha256(target_array.tobytes()).hexdigest(),
+        "targets_missing": targets_missing,
+        "shard_size": shard_size,
+        "num_shards": sh.num_shards(total, shard_size),
+        "map_shape": list(map_shape),
+        "map_dtype": map_dtype,
+        "columns": list(sh.COLUMNS),
+    }
+
+
+def _resume_state(out: Path, manifest: dict[str, Any], shard_size: int, ids: list[str], overwrite: bool
+                  ) -> tuple[set[int], dict[int, str], dict[str, str]]:
+    """The shards a previous run of the same job left that verify (done), those refused and why, their checksums."""
+    total = manifest["num_inputs"]
+    try:
+        previous = sh.read_manifest(out)
+    except ValueError:
+        if not overwrite:
+            raise
+        previous = {}
+    if previous is not None and overwrite:
+        sh.remove_outputs(out)
+        previous = None
+    if previous is not None:
+        sh.check_resumable(previous, manifest, out)
+    sh.clean_temporary(out)
+    done: set[int] = set()
+    rejected: dict[int, str] = {}
+    if previous is not None:  # reuse only shards whose checksum and content verify
+        recorded = previous.get("shards") if isinstance(previous.get("shards"), dict) else {}
+        done, rejected = sh.verify_shards(out, shard_size, total, checksums=recorded, ids=ids)
+    checksums = {str(s): previous["shards"][str(s)] for s in sorted(done)} if previous is not None else {}
+    return done, rejected, checksums
+
+
+def _record_throughput(summary: BatchSummary, collector: Collector, compute_start: float,
+                       rejected: dict[int, str]) -> None:
+    """Images per second over the compute phase, and once every worker is up; what resume refused."""
     computed = summary.processed + summary.failed
     summary.images_per_s = computed / summary.compute_seconds if summary.compute_seconds > 0 else 0.0
     if collector.first_time is not None:
@@ -419,8 +450,6 @@ def run(
         summary.details["duplicates_dropped"] = collector.duplicates
     if rejected:
         summary.details["shards_rejected"] = {str(k): v for k, v in rejected.items()}
-    sh.write_json(out / sh.MANIFEST, {**manifest, "status": "complete", "summary": summary.as_dict()})
-    return summary
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

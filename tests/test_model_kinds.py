@@ -25,6 +25,7 @@ Models are tiny and built once per module; CI time is reported by ``--durations`
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field

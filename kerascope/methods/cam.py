@@ -323,7 +323,10 @@ class CAM(Method):
         # the maps) are never held for all N samples, so peak memory is bounded by batch_size
         targets_lib.encode(targets, inputs.num_samples)  # per-sample targets checked once, up front
         parts = []
-        for start, stop in chunk_bounds(inputs.num_samples, self.batch_size):
+        n = inputs.num_samples
+        # one chunk: no outer loop, so the progress bar follows the inner loop (e.g. ScoreCAM's variants)
+        bounds = chunk_bounds(n, self.batch_size) if n > self.batch_size else [(0, n)]
+        for start, stop in bounds:
             part = slice(start, stop)
             parts.append(self._explain_chunk(inputs.subset(part), targets_lib.subset(targets, inputs.num_samples, part)))
         layer = parts[0][3]

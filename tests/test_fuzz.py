@@ -315,6 +315,14 @@ def test_fuzzed_inputs_give_a_correct_result_or_a_clear_error(data: Any, kind: s
         return
     n = len(flat(inputs)[0])
     check_explanation(result, n, 0, CLASSES[kind])
+    if isinstance(inputs, dict) and kind == "multi_input":
+        # matched by name, whatever the key order: the same as the list in the model's order
+        reference = method.explain([np.asarray(inputs["p"], np.float32), np.asarray(inputs["q"], np.float32)], 0)
+        got, want = result.attributions, reference.attributions
+        if isinstance(got, dict):  # per-input attributions come back in the user's structure
+            got, want = [got["p"], got["q"]], list(want)
+        for a, b in zip(flat(got), flat(want), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- targets
@@ -626,3 +634,27 @@ def test_fuzzer_findings_are_refused_with_kerascope_errors(name: str, kind: str,
         registry.build(name, model, params).explain(x, 0)
     assert_unchanged(model, before)
     assert_own_error(caught.value, (*params, "input"))
+
+
+TARGET_REGRESSIONS = [
+    # (method, model kind, targets, what the message must say)
+    ("occlusion", "functional", -INF, r"`targets` must be an int"),
+    ("saliency", "functional", np.float64(1.4611060931528442e16), r"Target class out of range"),
+    ("feature_ablation", "functional", np.array(2**40), r"Target class out of range"),
+    # sample 0's scores have one value per class: 3 values for 3 classes must not pass for 3 samples
+    ("saliency", "subclassed", CALLABLES["first_row"], r"one score per sample"),
+    ("integrated_gradients", "multi_output", MULTI_OUTPUT_CALLABLES["total"], r"one score per sample"),
+    ("occlusion", "multi_input", CALLABLES["identity"], r"one score per sample"),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "targets", "message"), TARGET_REGRESSIONS)
+def test_fuzzer_target_findings_are_refused(name: str, kind: str, targets: Any, message: str) -> None:
+    model = zoo()[kind]
+    before = snapshot(model)
+    method = registry.build(name, model, base_params(name, kind))
+    with pytest.raises((ValueError, TypeError), match=message) as caught, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        method.explain(good_inputs(kind, 3), targets)
+    assert_unchanged(model, before)
+    assert_own_error(caught.value, ("target",))

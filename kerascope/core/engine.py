@@ -315,23 +315,28 @@ class Engine:
         return prepared, indices, target_fn
 
     def _check_callable(self, inputs: Inputs, target_fn: Callable) -> None:
-        """Call a callable target once, eagerly, on 3 rows: it must return one score per sample."""
+        """Call a callable target eagerly on 3 and on 2 rows: it must return one score per sample.
+
+        Two row counts, so a function that returns something of a fixed size (one sample's class
+        scores, ``o[0]``) cannot pass by matching the class count.
+        """
         key = ("callable_ok", targets_lib.callable_key(target_fn), inputs.signature)
         if key in self._compiled:
             return
-        rows = [np.concatenate([a[:1]] * 3) for a in inputs.arrays]  # 3 rows: not a usual class count
-        with contextlib.ExitStack() as stack:
-            outputs = self.call_model(inputs.model_arg(rows), stack, self.space.bypass())
-            try:
-                values = target_fn(outputs)
-            except Exception as error:
-                raise TypeError(
-                    f"The callable target raised {type(error).__name__}: {error}. Received: "
-                    f"targets={getattr(target_fn, '__name__', target_fn)!r}, called with the model's outputs "
-                    f"{keras.tree.map_structure(lambda t: tuple(t.shape), outputs)}. A callable target "
-                    "takes the outputs (batch first) and returns one score per sample."
-                ) from error
-        targets_lib.check_scores_shape(values, 3)
+        for count in (3, 2):
+            rows = [np.concatenate([a[:1]] * count) for a in inputs.arrays]
+            with contextlib.ExitStack() as stack:
+                outputs = self.call_model(inputs.model_arg(rows), stack, self.space.bypass())
+                try:
+                    values = target_fn(outputs)
+                except Exception as error:
+                    raise TypeError(
+                        f"The callable target raised {type(error).__name__}: {error}. Received: "
+                        f"targets={getattr(target_fn, '__name__', target_fn)!r}, called with the model's outputs "
+                        f"{keras.tree.map_structure(lambda t: tuple(t.shape), outputs)}. A callable target "
+                        "takes the outputs (batch first) and returns one score per sample."
+                    ) from error
+            targets_lib.check_scores_shape(values, count)
         self._compiled[key] = True
 
     def explained_layer(self) -> keras.Layer | None:

@@ -38,7 +38,7 @@ def encode(targets: Any, n: int) -> tuple[np.ndarray, Callable | None]:
     array = np.asarray(targets)
     if array.dtype == object or not (
         np.issubdtype(array.dtype, np.integer)
-        or (np.issubdtype(array.dtype, np.floating) and np.all(array == np.round(array)))
+        or (np.issubdtype(array.dtype, np.floating) and np.all(np.isfinite(array)) and np.all(array == np.round(array)))
     ):
         raise TypeError(
             "`targets` must be an int, a list of ints, None or a callable. "

@@ -450,6 +450,7 @@ def pool(name: str, kind: str) -> list[Any]:
         "output_layer": [None, layers[-1], "gap" if "gap" in layers else layers[0], "nosuch", 3],
         "progress": [False, True],
         "jit_compile": [False],
+        "precision": [None, "float32", "bfloat16", "half", 16],
         "layer": [None, *layers, "nosuch", 3, OTHER_MODEL_LAYER],
         "upsample": [True, False, "no", None],
         "input_index": [0, 1, "p", "q", None, 2, -1, "r", 1.5, [0, 1], [0]] if multi

@@ -33,6 +33,7 @@ from kerascope.core.output_space import (
     saturation_message,
     softmax_outputs,
 )
+from kerascope.core.precision import check_precision, reduced_precision, to_float32
 from kerascope.core.probe import (
     bypass_softmax,
     other_activations,
@@ -120,6 +121,8 @@ class Engine:
     final softmax (fused ``Dense(activation="softmax")``, ``Activation`` or
     ``Softmax`` layer) is bypassed for the duration of each call, never by
     changing the model. ``output="probabilities"`` keeps the softmax.
+    ``precision="bfloat16"`` / ``"float16"`` traces every pass with the layers' mixed
+    policy (``core/precision.py``; restored on exit), results float32.
 
     Example:
         >>> import keras, numpy as np
@@ -136,6 +139,7 @@ class Engine:
         output_index: int | str | None = None,
         jit_compile: bool = False,
         output_layer: str | None = None,
+        precision: str | None = None,
     ) -> None:
         if not isinstance(model, keras.Layer):
             raise TypeError(
@@ -147,6 +151,7 @@ class Engine:
         self._model_ref = weakref.ref(model)
         self.jit_compile = jit_compile
         self.output_layer = output_layer
+        self.precision = check_precision(precision)  # None (float32) or the reduced compute type
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
 
@@ -540,6 +545,7 @@ class Engine:
         softmax layers in ``bypass`` made linear, ``output_layer`` read); all undone on return.
         """
         with contextlib.ExitStack() as stack:
+            stack.enter_context(reduced_precision(self.model, self.precision))  # restored on exit
             if rule == "deeplift":
                 stack.enter_context(deeplift_rules(self.model, _backend.get()))
             elif rule is not None and not isinstance(rule, str):  # a rules object (e.g. LRP)
@@ -737,7 +743,7 @@ class Engine:
             model_arg = prepared.structurer()
 
             def run(arrays: list[Any]) -> Any:
-                return owner()._call_model(model_arg, arrays, bypass)[0]
+                return to_float32(owner()._call_model(model_arg, arrays, bypass)[0])
 
             fn = _backend.get().compile_forward(run, input_specs=prepared.specs, jit_compile=self.jit_compile)
             self._compiled[key] = fn
@@ -907,6 +913,7 @@ def engine_for(
     output_index: Any = None,
     jit_compile: bool = False,
     output_layer: str | None = None,
+    precision: str | None = None,
 ) -> Engine:
     """Return the shared :class:`Engine` for this model and options (compiled functions are reused).
 
@@ -916,11 +923,12 @@ def engine_for(
         >>> engine_for(m) is engine_for(m)
         True
     """
+    precision = check_precision(precision)  # one engine (and compiled-function cache) per precision
     try:
         per_model = _ENGINES.setdefault(model, {})
     except TypeError:
-        return Engine(model, output, output_index, jit_compile, output_layer)
-    key = (output, output_index, jit_compile, output_layer)
+        return Engine(model, output, output_index, jit_compile, output_layer, precision)
+    key = (output, output_index, jit_compile, output_layer, precision)
     if key not in per_model:
-        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer)
+        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer, precision)
     return per_model[key]

@@ -124,6 +124,11 @@ class Method:
             second and ETA), or a callable receiving each
             :class:`~kerascope.core.progress.ProgressEvent`.
         jit_compile: compile with XLA where the backend supports it.
+        precision: ``None`` / ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (GPUs): run the
+            model's passes in that type (float32 variables and inputs cast per layer, never changing
+            the model); inputs, gradients, sums over steps / samples and attributions stay float32.
+            Opt-in: the error against float32 is measured per method and model in docs/performance.md
+            ("Reduced precision"); methods that cannot honour it refuse it.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -146,6 +151,7 @@ class Method:
         progress: Progress = False,
         jit_compile: bool = False,
         output_layer: str | None = None,
+        precision: str | None = None,
     ) -> None:
         check_batch_size(batch_size)
         self.model = model
@@ -155,7 +161,8 @@ class Method:
         self.progress = progress
         self.jit_compile = jit_compile
         self.output_layer = _layer_path(output_layer)
-        self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer)
+        self.precision = precision
+        self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer, precision)
         if self.output_layer is not None:
             try:
                 self.engine.explained_layer()  # an unknown layer fails here, with the available names

@@ -63,7 +63,7 @@ def _make_base(
         raise ValueError(f"`base` must name a kerascope method. Received: base={base!r}.")
     if issubclass(spec, NoiseWrapper):
         raise ValueError(f"`base` cannot itself be a noise wrapper. Received: base={base!r}.")
-    common = {k: v for k, v in kwargs.items() if k in ("batch_size", "output", "output_index", "jit_compile", "output_layer")}
+    common = {k: v for k, v in kwargs.items() if k in ("batch_size", "output", "output_index", "jit_compile", "output_layer", "precision")}
     if layer is not None and not getattr(spec, "layer_attribution", False):
         raise TypeError(
             f"`layer=` on a noise wrapper needs a base method that attributes at a layer (Saliency, "

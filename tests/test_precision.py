@@ -1,0 +1,181 @@
+"""``precision="bfloat16"``: reduced-precision passes, float32 results, the model never changed.
+
+Checked against closed forms (a linear model's gradient is its weight row, rounded to
+bfloat16 when the pass runs in bfloat16), float32 runs of the same method (a tolerance),
+and properties: float32 outputs, the model's weights and dtype policies identical after
+the call and after an exception inside the traced pass, one engine (compiled-function
+cache) per precision, unknown precisions refused in the Keras style.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import kerascope as ks
+from kerascope.core.engine import engine_for
+from kerascope.core.precision import check_precision, reduced_precision
+from kerascope.methods import registry
+
+
+def _bf16(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to bfloat16 and back (the backend's own cast)."""
+    rounded = keras.ops.cast(keras.ops.cast(np.asarray(values, "float32"), "bfloat16"), "float32")
+    return keras.ops.convert_to_numpy(rounded)
+
+
+def _linear() -> keras.Model:
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3, name="d")], name="linear")
+    rng = np.random.default_rng(0)
+    model.get_layer("d").set_weights([rng.normal(size=(5, 3)).astype("float32") * 1.2345,
+                                      np.zeros(3, "float32")])
+    return model
+
+
+class _Block(keras.layers.Layer):
+    """A subclassed layer with its own sub-layers (walked into by the policy swap)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = keras.layers.Conv2D(4, 3, padding="same", activation="tanh", name="conv")
+        self.norm = keras.layers.BatchNormalization(name="norm")
+
+    def call(self, x):
+        return self.norm(self.conv(x))
+
+
+def _nested() -> keras.Model:
+    keras.utils.set_random_seed(1)
+    inner = keras.Sequential([keras.Input((12, 12, 3)), _Block(name="block")], name="backbone")
+    x_in = keras.Input((12, 12, 3))
+    x = keras.layers.Conv2D(4, 3, activation="tanh", name="conv2")(inner(x_in))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(x_in, keras.layers.Dense(3, activation="softmax", name="head")(x), name="nested")
+
+
+def _snapshot(model: keras.Model) -> tuple[list[np.ndarray], list[tuple[str, object]]]:
+    from kerascope.core.layers import iter_layers
+
+    layers = [model, *(layer for _, layer in iter_layers(model))]
+    return [w.copy() for w in model.get_weights()], [(layer.name, layer.dtype_policy) for layer in layers]
+
+
+def _same(before, after) -> bool:
+    weights_a, policies_a = before
+    weights_b, policies_b = after
+    return (all(np.array_equal(a, b) for a, b in zip(weights_a, weights_b))
+            and len(policies_a) == len(policies_b)
+            and all(na == nb and pa is pb for (na, pa), (nb, pb) in zip(policies_a, policies_b)))
+
+
+def test_linear_gradient_is_the_weight_row_rounded_to_bfloat16():
+    model = _linear()
+    kernel = model.get_layer("d").get_weights()[0]
+    x = np.random.default_rng(1).normal(size=(4, 5)).astype("float32")
+    full = ks.Saliency(model).explain(x, 1)
+    half = ks.Saliency(model, precision="bfloat16").explain(x, 1)
+    np.testing.assert_allclose(full.attributions, np.tile(kernel[:, 1], (4, 1)), rtol=1e-6)
+    np.testing.assert_array_equal(half.attributions, np.tile(_bf16(kernel[:, 1]), (4, 1)))
+    assert not np.array_equal(half.attributions, full.attributions)  # the pass really ran in bfloat16
+    assert half.attributions.dtype == np.float32 and np.asarray(half.scores).dtype == np.float32
+    # the score: a bfloat16 matmul of bfloat16-rounded inputs and weights, within bfloat16's rounding
+    np.testing.assert_allclose(half.scores, _bf16(x) @ _bf16(kernel[:, 1]), rtol=1e-2, atol=1e-2)
+    assert half.params["precision"] == "bfloat16"
+
+
+@pytest.mark.parametrize("name, params, tolerance", [
+    ("saliency", {}, 0.1),
+    ("gradcam", {"layer": "conv2"}, 0.05),
+    ("integrated_gradients", {"steps": 8}, 0.1),
+    ("smoothgrad", {"samples": 4, "seed": 0}, 0.1),
+])
+def test_close_to_float32_and_model_unchanged(name, params, tolerance):
+    model = _nested()
+    x = np.random.default_rng(2).random((3, 12, 12, 3)).astype("float32")
+    before = _snapshot(model)
+    full = registry.build(name, model, params).explain(x, 0)
+    half = registry.build(name, model, {**params, "precision": "bfloat16"}).explain(x, 0)
+    assert _same(before, _snapshot(model))
+    assert half.attributions.dtype == np.float32 and np.asarray(half.scores).dtype == np.float32
+    a, b = full.attributions.reshape(3, -1), half.attributions.reshape(3, -1)
+    error = np.linalg.norm(b - a, axis=1) / np.linalg.norm(a, axis=1)
+    assert error.max() < tolerance, error
+    assert error.max() > 0  # reduced precision really applied (a float32 rerun would be identical)
+
+
+class _RefusesBFloat16(keras.layers.Layer):
+    """Raises while traced in bfloat16 (the eager float32 checks pass): an exception mid-swap."""
+
+    def call(self, x):
+        if self.compute_dtype == "bfloat16":
+            raise RuntimeError("no bfloat16 here")
+        return x
+
+
+def test_policies_restored_after_an_exception():
+    x_in = keras.Input((5,))
+    model = keras.Model(x_in, keras.layers.Dense(2)(_RefusesBFloat16()(keras.layers.Dense(4)(x_in))))
+    before = _snapshot(model)
+    with pytest.raises(RuntimeError, match="no bfloat16"):
+        ks.Saliency(model, precision="bfloat16").explain(np.ones((2, 5), "float32"), 0)
+    assert _same(before, _snapshot(model))
+    with pytest.raises(KeyError), reduced_precision(model, "bfloat16"):
+        assert model.layers[1].dtype_policy.name == "mixed_bfloat16"
+        raise KeyError("inside the block")
+    assert _same(before, _snapshot(model))
+    ks.Saliency(model).explain(np.ones((2, 5), "float32"), 0)  # float32 still works
+
+
+def test_other_policies_left_alone():
+    x_in = keras.Input((3,))
+    model = keras.Model(x_in, keras.layers.Dense(2, dtype="float64", name="d64")(keras.layers.Dense(3, name="d")(x_in)))
+    with reduced_precision(model, "bfloat16"):
+        assert model.get_layer("d64").dtype_policy.name == "float64"
+        assert model.get_layer("d").dtype_policy.name == "mixed_bfloat16"
+    assert model.get_layer("d").dtype_policy.name == "float32"
+
+
+def test_one_engine_and_cache_per_precision():
+    model = _linear()
+    assert engine_for(model, precision="float32") is engine_for(model)
+    half = engine_for(model, precision="bfloat16")
+    assert half is not engine_for(model) and half is engine_for(model, precision="bfloat16")
+    x = np.ones((2, 5), "float32")
+    ks.Saliency(model).explain(x, 0)
+    traced = half.trace_count
+    ks.Saliency(model, precision="bfloat16").explain(x, 0)
+    assert half.trace_count == traced + 1  # its own compiled function, not the float32 one
+    ks.Saliency(model, precision="bfloat16").explain(x, 0)
+    assert half.trace_count == traced + 1  # and reused
+
+
+@pytest.mark.parametrize("value", ["half", "bf16", "Float16", 16, True])
+def test_unknown_precision_refused(value):
+    model = _linear()
+    with pytest.raises(ValueError, match=rf"Received: precision={value!r}\. Expected one of None, 'float32'"):
+        ks.Saliency(model, precision=value)
+    with pytest.raises(ValueError, match="Unknown `precision`"):
+        registry.build("gradcam", model, {"precision": value})
+    assert check_precision("float16") == "float16"
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CLI is backend-independent; its pass is tested above")
+def test_cli_precision_flag_matches_python_api(tmp_path, capsys):
+    from kerascope.cli import main
+    from kerascope.data import demo_images, demo_model_path
+    from kerascope.io.images import load_images
+
+    out = tmp_path / "out"
+    assert main(["explain", str(demo_model_path()), str(demo_images()[0]), "--method", "saliency", "--target", "2",
+                 "--precision", "bfloat16", "--out", str(out), "--quiet"]) == 0
+    model = ks.load_model(demo_model_path())
+    x = load_images(demo_images()[:1], size=(64, 64)).inputs
+    expected = ks.Saliency(model, precision="bfloat16").explain(x, targets=2).attributions
+    saved = ks.Explanation.load(out / "saliency.npz")
+    np.testing.assert_allclose(saved.attributions, expected, rtol=1e-5, atol=1e-7)
+    assert saved.params["precision"] == "bfloat16"
+    with pytest.raises(SystemExit):
+        main(["explain", str(demo_model_path()), str(demo_images()[0]), "--precision", "half",
+              "--out", str(tmp_path / "o")])
+    assert "invalid choice: 'half'" in capsys.readouterr().err

@@ -166,7 +166,8 @@ def explain_images(
     if len(batch):
         # the predictions shown are those of the explained output (output_index / output_layer, if given)
         space = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
-        engine = engine_for(model, output_index=space.get("output_index"), output_layer=space.get("output_layer"))
+        engine = engine_for(model, output_index=space.get("output_index"), output_layer=space.get("output_layer"),
+                            call_index=space.get("call_index"))
         logits = engine.select(engine.forward(batch.inputs, batch_size=batch_size))
         probs = np.asarray(logits) if engine.forward_gives_probabilities else _softmax(np.asarray(logits, np.float64))
         (out / "inputs").mkdir(exist_ok=True)

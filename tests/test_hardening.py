@@ -266,7 +266,7 @@ def test_non_finite_scores_and_attributions_are_kerascope_errors():
 
 
 # ------------------------------------------------------- 4. shared layers
-def test_a_shared_layer_is_flagged_not_silently_read_at_its_last_call():
+def test_a_shared_layer_is_refused_not_silently_read_at_its_last_call():
     x = keras.Input((4,))
     shared = keras.layers.Dense(4, activation="tanh", name="shared")
     a = shared(x)
@@ -275,7 +275,7 @@ def test_a_shared_layer_is_flagged_not_silently_read_at_its_last_call():
     model = keras.Model(x, out)
     data = np.ones((2, 4), "float32")
     for params in ({"layer": "shared"}, {"output_layer": "shared"}):
-        with pytest.warns(UserWarning, match="Layer 'shared' is called 2 times in one forward pass"):
+        with pytest.raises(ValueError, match=r"Layer 'shared' is called 2 times in one forward pass.*call_index=0\.\.1"):
             ks.Saliency(model, **params).explain(data, 0)
     import warnings
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
+from kerascope.core.calls import SharedLayerError, build_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure
 from kerascope.core.layers import find_layer, iter_layers, path_of
@@ -123,6 +124,9 @@ class Engine:
     changing the model. ``output="probabilities"`` keeps the softmax.
     ``precision="bfloat16"`` / ``"float16"`` traces every pass with the layers' mixed
     policy (``core/precision.py``; restored on exit), results float32.
+    ``call_index`` chooses the call of a probed layer (or ``output_layer``) that the
+    model calls more than once (a shared layer; see :mod:`kerascope.core.calls`):
+    such a layer without ``call_index`` raises :class:`~kerascope.core.calls.SharedLayerError`.
 
     Example:
         >>> import keras, numpy as np
@@ -140,6 +144,7 @@ class Engine:
         jit_compile: bool = False,
         output_layer: str | None = None,
         precision: str | None = None,
+        call_index: int | None = None,
     ) -> None:
         if not isinstance(model, keras.Layer):
             raise TypeError(
@@ -152,6 +157,7 @@ class Engine:
         self.jit_compile = jit_compile
         self.output_layer = output_layer
         self.precision = check_precision(precision)  # None (float32) or the reduced compute type
+        self.call_index = check_call_index(call_index)
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
 
@@ -360,8 +366,9 @@ class Engine:
     def call_model(self, arg: Any, stack: contextlib.ExitStack, bypass: Sequence[keras.Layer] = ()) -> Any:
         """Call the model inside ``stack`` (softmax ``bypass``) and return what is explained.
 
-        That is the model's outputs, or the output of ``output_layer`` (its last call) when set.
-        Usable inside compiled functions; probes for other layers may already be on ``stack``.
+        That is the model's outputs, or the output of ``output_layer`` when set (the call chosen
+        by ``call_index`` when the layer is called more than once). Usable inside compiled
+        functions; probes for other layers may already be on ``stack``.
 
         Example:
             >>> import contextlib, keras, numpy as np
@@ -375,7 +382,42 @@ class Engine:
         layer = self.explained_layer()
         recorder = stack.enter_context(probe([layer])) if layer is not None else None
         outputs = self.model(fit_structure(self.model, arg), training=False)
-        return outputs if recorder is None else recorder.last(layer)
+        if recorder is None:
+            return outputs
+        return recorder.call(layer, self._choose(layer, len(recorder.outputs.get(id(layer), ()))))
+
+    def _choose(self, layer: keras.Layer, calls: int) -> int | None:
+        """Forward-order position of the ``call_index`` call of ``layer`` seen ``calls`` times (see ``core.calls``)."""
+        path = self.path_of(layer)
+        parent = self._layer_index()[0].get(path.rpartition("/")[0], self.model) if "/" in path else self.model
+        ranks = self.memo(("build_ranks", id(layer)), lambda: build_ranks(parent, layer)) if calls > 1 else None
+        return choose_call(path, calls, self.call_index, ranks, f"model {self.model.name!r}")
+
+    def call_positions(self, inputs: Inputs, layers: Sequence[keras.Layer]) -> tuple[int | None, ...]:
+        """Which call of each layer is read (forward order), from one eager probed pass on one sample.
+
+        A layer called once gives 0; a shared layer the call chosen by ``call_index``
+        (:class:`~kerascope.core.calls.SharedLayerError` without one). Memoised per layers
+        and input signature.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> d = keras.layers.Dense(3, name="d")
+            >>> m = keras.Sequential([keras.Input((3,)), d, d])
+            >>> x = Inputs(np.ones((1, 3)))
+            >>> Engine(m, call_index=-1).call_positions(x, [d])
+            (1,)
+        """
+        if not layers:
+            return ()
+
+        def count() -> tuple[int | None, ...]:
+            with contextlib.ExitStack() as stack:
+                rec = stack.enter_context(probe(layers))
+                self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+            return tuple(self._choose(layer, len(rec.outputs.get(id(layer), ()))) for layer in layers)
+
+        return self.memo(("call_positions", tuple(id(layer) for layer in layers), inputs.signature), count)
 
     def check_inputs(self, inputs: Any) -> Inputs:
         """Validate ``inputs`` against the model, eagerly: shapes, then one call on one sample.
@@ -408,6 +450,8 @@ class Engine:
             try:
                 with contextlib.ExitStack() as stack:
                     self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+            except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
+                raise
             except Exception as error:
                 reason = str(error).strip().splitlines()
                 received = {k: (a.shape, a.dtype.name) for k, a in zip(inputs.keys or range(len(inputs.arrays)), inputs.arrays)}
@@ -436,36 +480,6 @@ class Engine:
         except ValueError:
             chosen = None
         self.space.settle(found, chosen)
-
-    def _warn_shared(self, inputs: Inputs, layers: Sequence[keras.Layer]) -> None:
-        """Warn once per layer and input signature when a probed layer is called more than once (shared).
-
-        A shared layer has one activation per call; kerascope reads its last call (and on some
-        backends its layer gradient sums over the calls), so the user is told rather than left
-        with a plausible map of the wrong call.
-        """
-        layers = [layer for layer in [*layers, self.explained_layer()] if layer is not None]
-        if not layers:
-            return
-        key = ("shared_checked", tuple(id(layer) for layer in layers), inputs.signature)
-        if key in self._compiled:
-            return
-        with contextlib.ExitStack() as stack:
-            rec = stack.enter_context(probe(layers))
-            self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-        for layer in layers:
-            calls = len(rec.outputs.get(id(layer), []))
-            if calls > 1:
-                warnings.warn(
-                    f"Layer {self.path_of(layer)!r} is called {calls} times in one forward pass (a shared "
-                    "layer), and each call has its own activation. kerascope reads its LAST call; the "
-                    "gradient there may include the other calls' contributions. Received: "
-                    f"layer={self.path_of(layer)!r}. To explain one call unambiguously, probe a layer "
-                    "that is called once (e.g. the layer right after the call you mean).",
-                    UserWarning,
-                    stacklevel=4,
-                )
-        self._compiled[key] = True
 
     def _check_saturation(self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = ()) -> None:
         """Warn when the explained probabilities are saturated (see :meth:`OutputSpace.saturated`)."""
@@ -537,11 +551,13 @@ class Engine:
         layers: Sequence[keras.Layer] = (),
         transform: Callable[[int, keras.Layer, Any], Any] | None = None,
         rule: str | None = None,
+        positions: Sequence[int | None] | None = None,
     ) -> tuple[Any, Any]:
         """What every compiled function (gradients, forward, scorer) traces: ``(explained, recorder)``.
 
         ``layers`` are probed (outputs recorded, replaced by ``transform(i, layer, output)``
-        when given) and ReLU gradients overridden by ``rule``, then :meth:`call_model` (the
+        when given, at the call ``positions`` chooses) and ReLU gradients overridden by ``rule``,
+        then :meth:`call_model` (the
         softmax layers in ``bypass`` made linear, ``output_layer`` read); all undone on return.
         """
         with contextlib.ExitStack() as stack:
@@ -553,7 +569,7 @@ class Engine:
             elif rule is not None:
                 backend = _backend.get()
                 stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
-            recorder = stack.enter_context(probe(layers, transform))
+            recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)
         return outputs, recorder
 
@@ -572,6 +588,7 @@ class Engine:
         rule: str | None,
         target_fn: Callable | None,
         replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
+        positions: Sequence[int | None] = (),
     ) -> Callable:
         replace = len(replace_specs)
         bypass = self.space.bypass()
@@ -590,9 +607,9 @@ class Engine:
                     return transform(i, layer, output)
             else:
                 replaced = transform
-            outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule)
+            outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule, positions)
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
-            return scores, resolved, [recorder.last(layer) for layer in layers]
+            return scores, resolved, [recorder.call(layer, at) for layer, at in zip(layers, positions, strict=True)]
 
         def on_trace() -> None:
             engine = owner()
@@ -637,7 +654,7 @@ class Engine:
                 an object whose ``install(model, backend)`` context manager patches the model for
                 the trace (``core.lrp_walk.LRPBackward``; one compiled function per equal object).
             replace: arrays (batch first) that REPLACE the outputs of the first ``len(replace)``
-                ``layers`` during the forward pass (every call of the layer); activations and
+                ``layers`` during the forward pass (the chosen call of a shared layer); activations and
                 gradients are then those at the given values (layer attribution: IG or SmoothGrad
                 at a layer interpolate or noise the layer's activation).
             batch_size: samples per compiled call; bounds memory.
@@ -680,14 +697,14 @@ class Engine:
         wrt = tuple(int(i) for i in wrt)
         prepared, indices, target_fn = self.prepare(prepared, targets)
         _check_differentiable(prepared, wrt)
-        self._warn_shared(prepared, resolved_layers)
+        positions = self.call_positions(prepared, resolved_layers)
         key = (
             resolved_layers, wrt, tuple(id(w) for w in weights), rule, _target_key(target_fn),
-            prepared.signature, tuple((s[1:], d) for s, d in replace_specs),
+            prepared.signature, tuple((s[1:], d) for s, d in replace_specs), positions, self.call_index,
         )
         fn = self._compiled.get(key)
         if fn is None:
-            fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs)
+            fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs, positions)
             self._compiled[key] = fn
         parts: list[dict[str, Any]] = []
         with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
@@ -765,7 +782,8 @@ class Engine:
         the class index per row (``-1``: predicted class) and ``extra`` the rows of
         the extra input described by ``extra_spec`` (``(shape, dtype)``, batch axis
         first) that ``transform(layer_output, extra)`` reads: ``layer``'s output is
-        replaced for the call (e.g. one channel zeroed per row), the model is never
+        replaced for the call (e.g. one channel zeroed per row; of a shared layer, only the call
+        chosen by ``call_index``), the model is never
         modified. With ``target_fn`` (a callable target ``outputs -> (batch,)``)
         ``indices`` are passed through. One compiled function per (layer, transform,
         target, shapes) is cached, with a ``None`` batch dimension (no retracing per
@@ -790,8 +808,10 @@ class Engine:
             )
         self._detect_softmax(inputs)
         extra_key = None if extra_spec is None else (tuple(extra_spec[0][1:]), extra_spec[1])
-        self._warn_shared(inputs, [layer] if layer is not None else [])
-        key = ("intervene", layer, transform, _target_key(target_fn), inputs.signature, extra_key)
+        probed = [layer] if layer is not None else []
+        positions = self.call_positions(inputs, probed)
+        key = ("intervene", layer, transform, _target_key(target_fn), inputs.signature, extra_key, positions,
+               self.call_index)
         cached = self._compiled.get(key)
         if cached is not None:
             return cached
@@ -800,14 +820,13 @@ class Engine:
         owner = weakref.ref(self)
         model_arg = inputs.structurer()
         count = len(inputs.arrays)
-        probed = [layer] if layer is not None else []
 
         def run(flat: list[Any]) -> dict[str, Any]:
             engine = owner()
             arrays, indices = flat[:count], flat[count]
             extra = flat[count + 1] if extra_spec is not None else None
             replace = None if transform is None else (lambda _i, _l, out: transform(out, extra))
-            outputs = engine._call_model(model_arg, arrays, bypass, probed, replace)[0]
+            outputs = engine._call_model(model_arg, arrays, bypass, probed, replace, None, positions)[0]
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
             return {"scores": keras.ops.cast(scores, "float32"), "targets": resolved}
 
@@ -914,6 +933,7 @@ def engine_for(
     jit_compile: bool = False,
     output_layer: str | None = None,
     precision: str | None = None,
+    call_index: int | None = None,
 ) -> Engine:
     """Return the shared :class:`Engine` for this model and options (compiled functions are reused).
 
@@ -927,8 +947,8 @@ def engine_for(
     try:
         per_model = _ENGINES.setdefault(model, {})
     except TypeError:
-        return Engine(model, output, output_index, jit_compile, output_layer, precision)
-    key = (output, output_index, jit_compile, output_layer, precision)
+        return Engine(model, output, output_index, jit_compile, output_layer, precision, call_index)
+    key = (output, output_index, jit_compile, output_layer, precision, check_call_index(call_index))
     if key not in per_model:
-        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer, precision)
+        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer, precision, call_index)
     return per_model[key]

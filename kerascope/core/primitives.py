@@ -6,6 +6,7 @@ All of them differentiate the target score in the chosen output space
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -61,12 +62,14 @@ def layer_gradients(
     output: str = "logits",
     output_index: int | str | None = None,
     batch_size: int = 32,
+    call_index: int | None = None,
 ) -> LayerGradient:
     """Activations of ``layer`` and the gradients of the target score w.r.t. them.
 
     ``layer`` may sit inside a nested model (``"inception_v3/mixed10"``) or be
     a sub-layer of a subclassed model: the layer's output is probed during
-    the forward pass, nothing is rebuilt and the model is not changed.
+    the forward pass, nothing is rebuilt and the model is not changed. A layer
+    called more than once (shared) needs ``call_index`` (see :mod:`kerascope.core.calls`).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -77,7 +80,7 @@ def layer_gradients(
         True
     """
     found = find_layer(model, layer)
-    result = engine_for(model, output, output_index).gradients(
+    result = engine_for(model, output, output_index, call_index=call_index).gradients(
         inputs, targets, layers=[found], wrt_inputs=False, batch_size=batch_size
     )
     return LayerGradient(result.activations[0], result.layer_grads[0])
@@ -92,11 +95,14 @@ def layers_gradients(
     output: str = "logits",
     output_index: int | str | None = None,
     batch_size: int = 32,
+    call_index: int | None = None,
 ) -> dict[str, LayerGradient]:
     """Activations and gradients at several layers in ONE forward+backward pass.
 
     ``layers=None`` means every layer of the model (nested models and their
-    layers included) that lies on the path from the inputs to the score.
+    layers included) that lies on the path from the inputs to the score, except
+    layers called more than once (shared; a warning names them): list those in
+    ``layers`` with a ``call_index`` (which then applies to every listed layer).
     Returns ``{path: LayerGradient}`` in forward order.
 
     Example:
@@ -105,7 +111,7 @@ def layers_gradients(
         >>> sorted(ks.layers_gradients(m, np.ones((1, 3)), targets=0))
         ['h', 'o']
     """
-    engine = engine_for(model, output, output_index)
+    engine = engine_for(model, output, output_index, call_index=call_index)
     prepared = Inputs(inputs)
     if layers is None:
         chosen = _differentiable_layers(model, prepared)
@@ -128,7 +134,7 @@ def _differentiable_layers(model: keras.Layer, inputs: Inputs) -> list[keras.Lay
     first = [a[:1] for a in inputs.arrays]
     with probe(candidates) as rec:
         model(fit_structure(model, inputs.model_arg(first)), training=False)
-    chosen = []
+    chosen, shared = [], []
     for layer in candidates:
         calls = rec.outputs.get(id(layer))
         if not calls:
@@ -136,7 +142,15 @@ def _differentiable_layers(model: keras.Layer, inputs: Inputs) -> list[keras.Lay
         out = calls[-1]
         dtype = str(getattr(out, "dtype", ""))
         if hasattr(out, "shape") and "float" in dtype:
-            chosen.append(layer)
+            (shared if len(calls) > 1 else chosen).append(layer)
+    if shared:
+        names = [path_of(model, layer) for layer in shared]
+        warnings.warn(
+            f"layers_gradients(layers=None) leaves out the layers called more than once in a forward pass "
+            f"(shared): {names}. Received: layers=None. Pass layers={names[:1]!r} with `call_index=` to choose a call.",
+            UserWarning,
+            stacklevel=3,
+        )
     return chosen
 
 

@@ -80,17 +80,34 @@ class Recorder:
             )
         return calls[-1]
 
+    def call(self, layer: keras.Layer, position: int | None) -> Any:
+        """Return the output of call ``position`` of ``layer`` (in forward order; ``None``: the last).
+
+        Example:
+            >>> import keras
+            >>> r = Recorder(); d = keras.layers.Dense(1)
+            >>> r.outputs[id(d)] = ["first", "second"]
+            >>> r.call(d, 0), r.call(d, None)
+            ('first', 'second')
+        """
+        last = self.last(layer)  # raises the error of a layer never called
+        return last if position is None else self.outputs[id(layer)][position]
+
 
 @contextlib.contextmanager
 def probe(
     layers: Sequence[keras.Layer],
     transform: Callable[[int, keras.Layer, Any], Any] | None = None,
+    positions: Sequence[int | None] | None = None,
 ) -> Iterator[Recorder]:
     """Record (and optionally transform) the outputs of ``layers`` for the block.
 
     ``transform(i, layer, output)`` may return a replacement output, e.g.
     ``output + delta_i`` (to differentiate w.r.t. ``delta_i``) or the same
     tensor after ``tape.watch``. The recorded value is the returned one.
+    ``positions`` (one per layer) limits the transform of a layer called several
+    times (a shared layer) to one call, counted in forward order from 0; ``None``
+    (the default, or for one layer) transforms every call.
 
     Example:
         >>> import keras, numpy as np
@@ -102,6 +119,12 @@ def probe(
         (1, 2)
     """
     recorder = Recorder()
+    if positions is not None and len(positions) != len(layers):
+        raise ValueError(
+            f"`positions` needs one entry per probed layer. Received: {len(positions)} positions for "
+            f"{len(layers)} layers."
+        )
+    chosen = dict(zip((id(layer) for layer in layers), positions or [None] * len(layers)))
     with contextlib.ExitStack() as stack:
         for index, layer in enumerate(dict.fromkeys(layers)):
             original = layer.call
@@ -109,7 +132,8 @@ def probe(
             def wrapper(*args: Any, __i: int = index, __l: keras.Layer = layer,
                         __f: Callable = original, **kwargs: Any) -> Any:
                 out = __f(*args, **kwargs)
-                if transform is not None:
+                at = chosen[id(__l)]
+                if transform is not None and (at is None or at == len(recorder.outputs.get(id(__l), ()))):
                     out = transform(__i, __l, out)
                 recorder.outputs.setdefault(id(__l), []).append(out)
                 return out

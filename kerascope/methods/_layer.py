@@ -50,7 +50,9 @@ def resolve(engine: Engine, layer: Any) -> tuple[keras.Layer, str]:
 
 
 def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: int) -> np.ndarray:
-    """The layer's output (its last call) for every sample, float32, from eager probed forward passes.
+    """The layer's output for every sample, float32, from eager probed forward passes.
+
+    Of a shared layer, the call chosen by the engine's ``call_index``.
 
     Example:
         >>> import keras, numpy as np
@@ -64,10 +66,11 @@ def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: 
     model = engine.model
     path = engine.path_of(layer)
     engine.check_inputs(inputs)  # the model's own error about the inputs, in kerascope's words
+    position = engine.call_positions(inputs, [layer])[0]
     for _, arrays in inputs.chunks(batch_size):
         with probe([layer]) as rec:
             model(fit_structure(model, inputs.model_arg(arrays)), training=False)
-        parts.append(check_output(rec.last(layer), path))
+        parts.append(check_output(rec.call(layer, position), path))
     return np.concatenate(parts, axis=0)
 
 

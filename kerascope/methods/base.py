@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import keras
 import numpy as np
 
+from kerascope.core.calls import SharedLayerError, check_call_index
 from kerascope.core.engine import Engine, check_finite, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
@@ -120,6 +121,13 @@ class Method:
         output_layer: explain the output of this inner layer (a path, e.g. the pre-softmax
             ``"logits"`` Dense of a subclassed model that applies ``tf.nn.softmax`` in ``call``)
             instead of the model's output; targets index that layer's output.
+        call_index: which call of a shared layer (one called more than once in a forward pass: a
+            Siamese model's shared ``Conv2D``, a ``Dense`` called twice in ``call()``) the method reads
+            at ``layer=`` (or a CAM's default layer) and ``output_layer=``: an int, negative counts
+            from the last call. Required when such a layer is called more than once (else
+            :class:`~kerascope.core.calls.SharedLayerError`); for a functional model, call ``k`` is
+            the ``k``-th time the layer was applied when the model was built, otherwise the order
+            of the calls in the forward pass.
         progress: ``True`` for a progress bar that moves after every chunk of work (samples per
             second and ETA), or a callable receiving each
             :class:`~kerascope.core.progress.ProgressEvent`.
@@ -152,6 +160,7 @@ class Method:
         jit_compile: bool = False,
         output_layer: str | None = None,
         precision: str | None = None,
+        call_index: int | None = None,
     ) -> None:
         check_batch_size(batch_size)
         self.model = model
@@ -162,7 +171,9 @@ class Method:
         self.jit_compile = jit_compile
         self.output_layer = _layer_path(output_layer)
         self.precision = precision
-        self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer, precision)
+        self.call_index = check_call_index(call_index)
+        self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer, precision,
+                                         self.call_index)
         if self.output_layer is not None:
             try:
                 self.engine.explained_layer()  # an unknown layer fails here, with the available names
@@ -208,10 +219,24 @@ class Method:
             >>> e.targets.tolist()
             [0, 1]
         """
+        self._check_call_index()
         self._check_model()  # refusals that need no call come first: the model is not even called
         prepared = self.engine.check_inputs(inputs)  # then the inputs, before any method-specific pass
         with single_threaded_blas(), progress_scope(prepared.num_samples, self.name, self.progress):
             return self._explain(prepared, targets)
+
+    def _reads_layer(self) -> bool:
+        """Whether the method reads an inner layer (``layer=``) that ``call_index`` can choose a call of."""
+        return getattr(self, "layer", None) is not None
+
+    def _check_call_index(self) -> None:
+        """``call_index`` without any inner layer to apply to is refused (it would be silently ignored)."""
+        if self.call_index is not None and self.output_layer is None and not self._reads_layer():
+            raise SharedLayerError(
+                f"`call_index` chooses the call of a shared layer given by `layer=` or `output_layer=`, and "
+                f"{type(self).__name__} reads none here. Received: call_index={self.call_index!r}, "
+                f"layer={getattr(self, 'layer', None)!r}, output_layer=None. Pass the layer, or drop `call_index`."
+            )
 
     def _check_model(self) -> None:
         """Raise :class:`UnsupportedModelError` when the method cannot apply to the model (no call needed)."""

@@ -130,6 +130,9 @@ class CAM(Method):
                 f"Received: reshape={reshape!r} of type {type(reshape).__name__}."
             )
 
+    def _reads_layer(self) -> bool:
+        return True  # the default layer too: `call_index` applies to it
+
     def params(self) -> dict[str, Any]:
         """Hyper-parameters, with the layer given by its path.
 

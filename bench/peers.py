@@ -42,7 +42,8 @@ HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("KERASCOPE_PEERS_VENV", Path.home() / ".cache" / "kerascope" / "peers-venv"))
 RECORD = HERE / "peers-env.json"
 PEERS = {"tf-keras-vis": "tf_keras_vis", "xplique": "xplique", "tf-explain": "tf_explain"}
-METHODS = ("saliency", "smoothgrad", "integrated_gradients", "gradcam", "gradcam_plusplus", "scorecam", "occlusion")
+METHODS = ("saliency", "smoothgrad", "vargrad", "integrated_gradients", "gradcam", "gradcam_plusplus", "scorecam",
+           "occlusion", "rise")
 
 
 # ------------------------------------------------------------------ setup
@@ -77,14 +78,17 @@ def setup() -> None:
 
 
 # ---------------------------------------------------------------- workers
-def build_model(name: str) -> tuple[Any, str, str]:
-    """The model, its Grad-CAM layer and the Score-CAM layer (<= 64 channels)."""
+def build_model(name: str, size: int = 224) -> tuple[Any, str, str]:
+    """The model (``size`` x ``size`` RGB inputs), its Grad-CAM layer and the Score-CAM layer (<= 64 channels)."""
     import keras
 
+    shape = (size, size, 3)
     if name == "mobilenetv2":
-        return keras.applications.MobileNetV2(weights=None, classifier_activation=None), "out_relu", "block_9_project_BN"
+        model = keras.applications.MobileNetV2(input_shape=shape, weights=None, classifier_activation=None)
+        return model, "out_relu", "block_9_project_BN"
     if name == "resnet50":
-        return keras.applications.ResNet50(weights=None, classifier_activation=None), "conv5_block3_out", "conv1_relu"
+        model = keras.applications.ResNet50(input_shape=shape, weights=None, classifier_activation=None)
+        return model, "conv5_block3_out", "conv1_relu"
     if name == "demo":
         import kerascope as ks
         from kerascope.data import demo_model_path
@@ -100,12 +104,14 @@ def kerascope_calls(model: Any, args: argparse.Namespace, cam: str, score: str) 
     return {
         "saliency": lambda x, t: ks.Saliency(model, **b).explain(x, t),
         "smoothgrad": lambda x, t: ks.SmoothGrad(model, samples=args.samples, noise=0.2, **b).explain(x, t),
+        "vargrad": lambda x, t: ks.VarGrad(model, samples=args.samples, noise=0.2, **b).explain(x, t),
         "integrated_gradients": lambda x, t: ks.IntegratedGradients(
             model, steps=args.steps, method="riemann_trapezoid", **b).explain(x, t),
         "gradcam": lambda x, t: ks.GradCAM(model, layer=cam, **b).explain(x, t),
         "gradcam_plusplus": lambda x, t: ks.GradCAMPlusPlus(model, layer=cam, **b).explain(x, t),
         "scorecam": lambda x, t: ks.ScoreCAM(model, layer=score, **b).explain(x, t),
         "occlusion": lambda x, t: ks.Occlusion(model, window=args.window, **b).explain(x, t),
+        "rise": lambda x, t: ks.RISE(model, masks=args.masks, cell=args.grid, p=0.5, **b).explain(x, t),
     }
 
 
@@ -130,7 +136,16 @@ def tf_keras_vis_calls(model: Any, args: argparse.Namespace, cam: str, score: st
 
 def xplique_calls(model: Any, args: argparse.Namespace, cam: str, score: str) -> dict[str, Callable]:
     import numpy as np
-    from xplique.attributions import GradCAM, GradCAMPP, IntegratedGradients, Occlusion, Saliency, SmoothGrad
+    from xplique.attributions import (
+        GradCAM,
+        GradCAMPP,
+        IntegratedGradients,
+        Occlusion,
+        Rise,
+        Saliency,
+        SmoothGrad,
+        VarGrad,
+    )
 
     def onehot(t: Any) -> Any:
         return np.eye(int(model.outputs[0].shape[-1]), dtype=np.float32)[t]
@@ -139,11 +154,14 @@ def xplique_calls(model: Any, args: argparse.Namespace, cam: str, score: str) ->
     return {
         "saliency": lambda x, t: Saliency(model, batch_size=b)(x, onehot(t)),
         "smoothgrad": lambda x, t: SmoothGrad(model, nb_samples=args.samples, noise=0.2, batch_size=b)(x, onehot(t)),
+        "vargrad": lambda x, t: VarGrad(model, nb_samples=args.samples, noise=0.2, batch_size=b)(x, onehot(t)),
         "integrated_gradients": lambda x, t: IntegratedGradients(model, steps=args.steps, batch_size=b)(x, onehot(t)),
         "gradcam": lambda x, t: GradCAM(model, conv_layer=cam, batch_size=b)(x, onehot(t)),
         "gradcam_plusplus": lambda x, t: GradCAMPP(model, conv_layer=cam, batch_size=b)(x, onehot(t)),
         "occlusion": lambda x, t: Occlusion(model, patch_size=args.window, patch_stride=args.window,
                                             batch_size=b)(x, onehot(t)),
+        "rise": lambda x, t: Rise(model, nb_samples=args.masks, grid_size=args.grid, preservation_probability=0.5,
+                                  batch_size=b)(x, onehot(t)),
     }
 
 
@@ -185,12 +203,14 @@ def floor_calls(model: Any, args: argparse.Namespace, cam: str, score: str, shap
     plans = {
         "saliency": (cam_base, [("grad", n)]),
         "smoothgrad": (cam_base, [("forward", n), ("grad", n * args.samples)]),
+        "vargrad": (cam_base, [("forward", n), ("grad", n * args.samples)]),
         # riemann_trapezoid with explicit targets: f(x), f(baseline) come from the end-point rows
         "integrated_gradients": (cam_base, [("grad", n * args.steps)]),
         "gradcam": (cam_base, [("layer_grad", n)]),
         "gradcam_plusplus": (cam_base, [("layer_grad", n)]),
         "scorecam": (score_base, [("layer_grad", n), ("forward", n * channels)]),
         "occlusion": (cam_base, [("forward", n), ("forward", n * positions)]),
+        "rise": (cam_base, [("forward", n), ("forward", n * args.masks)]),
     }
     calls = {}
     for method, (base, passes) in plans.items():
@@ -210,7 +230,7 @@ def worker(args: argparse.Namespace) -> None:
     import tensorflow as tf
     from timing import rotating_times  # bench/timing.py
 
-    model, cam, score = build_model(args.model)
+    model, cam, score = build_model(args.model, args.size)
     shape = tuple(model.inputs[0].shape[1:])
     args.window = args.window or max(1, shape[0] // 4)
     x = np.random.default_rng(0).uniform(0, 1, (args.images, *shape)).astype(np.float32)
@@ -228,8 +248,8 @@ def worker(args: argparse.Namespace) -> None:
         except Exception as error:
             status[library] = f"import failed: {type(error).__name__}: {error}"
     load = os.getloadavg()
-    print(f"model={args.model} images={args.images} chunk={args.chunk} samples={args.samples} steps={args.steps} "
-          f"window={args.window} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
+    print(f"model={args.model} size={shape[0]} images={args.images} batch_size={args.chunk} samples={args.samples} "
+          f"steps={args.steps} masks={args.masks} window={args.window} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
     for library, text in status.items():
         print(f"  {library}: {text}")
     print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}{'/ floor':>9}  note")
@@ -267,9 +287,13 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="mobilenetv2")
     parser.add_argument("--images", type=int, default=8)
-    parser.add_argument("--chunk", type=int, default=32)
+    parser.add_argument("--size", type=int, default=224, help="image side for mobilenetv2 / resnet50 (e.g. 160, 224)")
+    parser.add_argument("--batch-size", "--chunk", dest="chunk", type=int, default=32,
+                        help="rows per compiled call, for every library that takes one (tf-explain: all rows at once)")
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--masks", type=int, default=64, help="RISE masks")
+    parser.add_argument("--grid", type=int, default=7, help="RISE grid cells per side")
     parser.add_argument("--window", type=int, default=None, help="occlusion window (default: side / 4)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))

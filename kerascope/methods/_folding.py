@@ -64,11 +64,19 @@ def reduce_rows(
         >>> acc.tolist()
         [[3.0, 3.0, 3.0], [1.0, 1.0, 1.0]]
     """
-    n = accumulator.shape[0]
-    matrix = np.zeros((n, len(owners)), np.float64)
-    matrix[owners, np.arange(len(owners))] = weights
-    flat = np.asarray(values, np.float64).reshape(len(owners), -1)
-    accumulator.reshape(n, -1)[...] += matrix @ flat
+    # One float64 weighted sum per owner, read straight from the (usually float32) rows: converting
+    # the whole chunk to float64 first cost a copy of twice its size (~4x the reduction's own time on
+    # a 64-row 160 px chunk).
+    target = accumulator.reshape(accumulator.shape[0], -1)
+    flat = np.asarray(values).reshape(len(owners), -1)
+    weights = np.asarray(weights, np.float64)
+    owners = np.asarray(owners)
+    if len(owners) and np.all(owners[1:] == owners[:1]):  # one owner (e.g. one image's steps)
+        groups = [(int(owners[0]), slice(None))]
+    else:
+        groups = [(int(o), np.flatnonzero(owners == o)) for o in np.unique(owners)]
+    for owner, rows in groups:
+        target[owner] += np.einsum("i,ij->j", weights[rows], flat[rows], dtype=np.float64)
 
 
 class Stream:

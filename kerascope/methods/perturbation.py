@@ -186,7 +186,7 @@ class Occlusion(Method):
                 shape[axis + 1] = len(coord)
                 mask &= inside.reshape(shape)
             full = mask[..., None] if channels else mask
-            occluded = np.where(full, baseline[None], x[owners]).astype(np.float32)
+            occluded = np.where(full, baseline[None], x[owners]).astype(np.float32, copy=False)
             variant_scores, _ = forward_scores(
                 self.engine, _with_input(inputs, which, occluded, owners), row_targets(targets, resolved, owners),
                 self.batch_size,
@@ -338,7 +338,7 @@ class RISE(Method):
             first = int(which[0])
             masks = rise_masks(int(which[-1]) - first + 1, size, cells, self.p, start=first, stream=stream)
             mask = masks[which - first]
-            masked = (x[owners] * mask[..., None]).astype(np.float32)
+            masked = (x[owners] * mask[..., None]).astype(np.float32, copy=False)
             masked_scores, _ = forward_scores(
                 self.engine, _with_input(inputs, index, masked, owners), row_targets(targets, resolved, owners),
                 self.batch_size,

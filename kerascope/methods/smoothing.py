@@ -205,7 +205,13 @@ class NoiseWrapper(Method):
                     continue
                 scale = sigma[owners].reshape((-1,) + (1,) * (array.ndim - 1)).astype(np.float32)
                 noise = z[:, offsets[k] : offsets[k + 1]].reshape(len(rows), *array.shape[1:])
-                noisy.append(array[owners] + scale * noise)
+                if array.dtype != np.float32:
+                    noisy.append(array[owners] + scale * noise)
+                    continue
+                # z is this chunk's own copy: scale and shift it in place (no chunk-sized temporaries)
+                noise *= scale
+                noise += array[owners]
+                noisy.append(noise)
             chunk = Inputs(inputs.model_arg(noisy))
             explained = self._base._explain(chunk, row_targets(targets, resolved, owners))
             ones = np.ones(len(rows))

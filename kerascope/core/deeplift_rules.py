@@ -27,6 +27,7 @@ back in ``finally``.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -105,8 +106,14 @@ def _safe_divide(numerator: Any, delta_in: Any, fallback: Any, eps: float = EPS)
     return keras.ops.where(small, fallback, ratio)
 
 
-def rescale_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
+def rescale_backward(
+    xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]], shared: bool = False
+) -> list[Any]:
     """The rescale rule: ``dy * (f(x) - f(x')) / (x - x')`` (``f``'s gradient where ``|x - x'| < 1e-10``).
+
+    ``shared=False``: the batch is inputs then their references (two halves);
+    ``shared=True``: inputs then one reference row shared by all of them (the
+    reference row keeps its ordinary gradient; it is never read).
 
     Example:
         >>> import keras, numpy as np
@@ -117,10 +124,13 @@ def rescale_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[A
         [[0.5, 1.0], [0.5, 1.0]]
     """
     x = xs[0]
-    xa, xb = _halves(x)
-    ya, yb = _halves(y)
-    delta_in, delta_out = _twice(xa - xb), _twice(ya - yb)
-    return [_safe_divide(dy * delta_out, delta_in, vjp(dy)[0])]
+    fallback = vjp(dy)[0]
+    if not shared:
+        xa, xb = _halves(x)
+        ya, yb = _halves(y)
+        return [_safe_divide(dy * _twice(ya - yb), _twice(xa - xb), fallback)]
+    multiplied = _safe_divide(dy[:-1] * (y[:-1] - y[-1:]), x[:-1] - x[-1:], fallback[:-1])
+    return [keras.ops.concatenate([multiplied, fallback[-1:]], axis=0)]
 
 
 def maxpool_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
@@ -147,11 +157,44 @@ def maxpool_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[A
     return [_safe_divide(_twice(ra + rb), _twice(xa - xb), vjp(dy)[0])]
 
 
-def product(a: Any, b: Any) -> Any:
+def maxpool_shared_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
+    """Captum's max-pooling rule with one shared reference row (the batch's last row).
+
+    ``xs = [x, r]``: the batch (inputs, then the reference) and the reference
+    repeated once per input; ``y`` is the pooling of both, stacked. Each
+    input's window passes back ``dy * (y - y')``, split between the input's
+    argmax and the reference's (routed through ``r``'s copies, one per input
+    and its own ``dy``).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> x = keras.ops.convert_to_tensor(np.array([[3.0, 0.0], [3.0, 4.0]], "float32"))  # input, reference
+        >>> r = x[1:]
+        >>> pool = lambda v: keras.ops.max(v, axis=1, keepdims=True)
+        >>> y = keras.ops.concatenate([pool(x), pool(r)]); dy = keras.ops.ones_like(y)
+        >>> route = lambda d: [d[:2] * keras.ops.cast(x == pool(x), "float32"), d[2:] * keras.ops.cast(r == pool(r), "float32")]
+        >>> keras.ops.convert_to_numpy(maxpool_shared_backward([x, r], y, dy, route)[0]).tolist()
+        [[1.0, 0.25], [0.0, 1.0]]
+    """
+    x, r = xs
+    n = keras.ops.shape(x)[0]
+    yx, yr = y[:n], y[n:]
+    ya = yx[:-1]
+    top = keras.ops.maximum(ya, yr)
+    dya = dy[: n - 1]
+    zero = keras.ops.zeros_like(dy[n - 1 : n])
+    gx, gr = vjp(keras.ops.concatenate([dya * (top - yr), zero, dya * (ya - top)], axis=0))
+    fallback = vjp(keras.ops.concatenate([dy[:n], keras.ops.zeros_like(dy[n:])], axis=0))[0]
+    multiplied = _safe_divide(gx[:-1] + gr, x[:-1] - r, fallback[:-1])
+    return [keras.ops.concatenate([multiplied, fallback[-1:]], axis=0), keras.ops.zeros_like(r)]
+
+
+def product(a: Any, b: Any, shared: bool = False) -> Any:
     """``a * b`` whose gradient is the DeepLIFT product rule: ``(b + b') / 2`` for ``a``, ``(a + a') / 2`` for ``b``.
 
     The forward value is exactly ``a * b`` (``t - stop_gradient(t)`` is zero);
-    broadcasting between ``a`` and ``b`` is handled by autodiff.
+    broadcasting between ``a`` and ``b`` is handled by autodiff. ``shared``:
+    the reference is the batch's last row (see :func:`rescale_backward`).
 
     Example:
         >>> import keras, numpy as np
@@ -163,6 +206,8 @@ def product(a: Any, b: Any) -> Any:
     sg = keras.ops.stop_gradient
 
     def mean_of_halves(v: Any) -> Any:
+        if shared:
+            return sg(keras.ops.concatenate([(v[:-1] + v[-1:]) * 0.5, v[-1:]], axis=0))
         first, second = _halves(v)
         return sg(_twice((first + second) * 0.5))
 
@@ -170,8 +215,8 @@ def product(a: Any, b: Any) -> Any:
     return sg(a * b) + (linear - sg(linear))
 
 
-def _rescaled(fn: Callable[[Any], Any], backend: Any) -> Callable[[Any], Any]:
-    return backend.custom_backward(fn, rescale_backward, f"deeplift_{_name(fn)}")
+def _rescaled(fn: Callable[[Any], Any], backend: Any, shared: bool = False) -> Callable[[Any], Any]:
+    return backend.custom_backward(fn, functools.partial(rescale_backward, shared=shared), f"deeplift_{_name(fn)}")
 
 
 def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
@@ -286,7 +331,7 @@ def _has_children(layer: keras.Layer) -> bool:
 
 
 @contextlib.contextmanager
-def deeplift_rules(model: keras.Layer, backend: Any) -> Iterator[int]:
+def deeplift_rules(model: keras.Layer, backend: Any, shared: bool = False) -> Iterator[int]:
     """Install DeepLIFT's backward rules on every non-linearity of ``model`` for the block.
 
     Element-wise ``activation`` attributes are swapped for a rescaled copy;
@@ -295,6 +340,9 @@ def deeplift_rules(model: keras.Layer, backend: Any) -> Iterator[int]:
     graphs get a wrapped ``call``. Everything is restored in ``finally``.
     Yields the number of rules installed. Layers no rule covers are left as
     they are (:func:`classify` reports them; callers refuse such models).
+    ``shared=False``: each batch is inputs then one reference per input;
+    ``shared=True``: inputs then ONE reference row for all of them (the
+    batch is ``N + 1`` rows instead of ``2 N``).
 
     Example:
         >>> import keras
@@ -310,27 +358,77 @@ def deeplift_rules(model: keras.Layer, backend: Any) -> Iterator[int]:
     with contextlib.ExitStack() as stack:
         for _, obj, kind in sites:
             if kind == "activation":
-                stack.enter_context(patched_attribute(obj, "activation", _rescaled(obj.activation, backend)))
+                stack.enter_context(patched_attribute(obj, "activation", _rescaled(obj.activation, backend, shared)))
                 continue
-            original = obj.call
-            if kind == "product":
-                if isinstance(obj, keras.Layer):
-                    def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
-                        a, b = keras.tree.flatten(inputs)
-                        return product(a, b)
-                else:
-                    def call(x1: Any, x2: Any, *args: Any, **kwargs: Any) -> Any:
-                        return product(x1, x2)
-            else:
-                rule = rescale_backward if kind == "elementwise" else maxpool_backward
-
-                def one(x: Any, __f: Callable = original) -> Any:
-                    return __f(x)
-
-                wrapped = backend.custom_backward(one, rule, f"deeplift_{kind}_{obj.name}")
-
-                def call(inputs: Any, *args: Any, __w: Callable = wrapped, **kwargs: Any) -> Any:
-                    return __w(inputs)
-
-            stack.enter_context(patched_attribute(obj, "call", call))
+            stack.enter_context(patched_attribute(obj, "call", _rule_call(obj, kind, backend, shared)))
         yield len(sites)
+
+
+def _rule_call(obj: Any, kind: str, backend: Any, shared: bool) -> Callable[..., Any]:
+    """The ``call`` that replaces a layer's / op's for the block (``kind``: a :func:`classify` kind)."""
+    original = obj.call
+    if kind == "product":
+        if isinstance(obj, keras.Layer):
+            def layer_product(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+                a, b = keras.tree.flatten(inputs)
+                return product(a, b, shared)
+            return layer_product
+
+        def op_product(x1: Any, x2: Any, *args: Any, **kwargs: Any) -> Any:
+            return product(x1, x2, shared)
+        return op_product
+    if kind == "maxpool" and shared:
+        def both(x: Any, r: Any) -> Any:
+            return keras.ops.concatenate([original(x), original(r)], axis=0)
+
+        pooled = backend.custom_backward(both, maxpool_shared_backward, f"deeplift_maxpool_{obj.name}")
+
+        def shared_pool(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            x = keras.ops.convert_to_tensor(inputs)
+            reference = keras.ops.zeros_like(x[:-1]) + x[-1:]  # the reference once per input
+            return pooled(x, reference)[: keras.ops.shape(x)[0]]
+        return shared_pool
+    rule = rescale_backward if kind == "elementwise" else maxpool_backward
+    if shared:
+        rule = functools.partial(rule, shared=True)
+
+    def one(x: Any) -> Any:
+        return original(x)
+
+    wrapped = backend.custom_backward(one, rule, f"deeplift_{kind}_{obj.name}")
+
+    def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        return wrapped(inputs)
+    return call
+
+
+class DeepLiftBackward:
+    """A backward rule for :meth:`Engine.gradients` (``rule=``): DeepLIFT, pairs or one shared reference.
+
+    ``shared=False`` is ``rule="deeplift"`` (inputs, then one reference per
+    input); ``shared=True``: the batch is the inputs and, last, one reference
+    row that every input is compared with. Equal objects share one compiled
+    function.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="relu")])
+        >>> DeepLiftBackward(True) == DeepLiftBackward(True), DeepLiftBackward(True) == DeepLiftBackward(False)
+        (True, False)
+    """
+
+    def __init__(self, shared: bool) -> None:
+        self.shared = bool(shared)
+
+    def install(self, model: keras.Layer, backend: Any) -> contextlib.AbstractContextManager[int]:
+        """Enter to install the rules on ``model`` for one trace."""
+        return deeplift_rules(model, backend, self.shared)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeepLiftBackward) and other.shared == self.shared
+
+    def __hash__(self) -> int:
+        return hash(("deeplift", self.shared))
+
+    def __repr__(self) -> str:
+        return f"DeepLiftBackward(shared={self.shared})"

@@ -12,14 +12,21 @@ from typing import Any
 import keras
 import numpy as np
 
-from kerascope.core.deeplift_rules import classify
+from kerascope.core import targets as targets_lib
+from kerascope.core.deeplift_rules import DeepLiftBackward, classify
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.probe import softmax_candidates
-from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
+from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import Method, UnsupportedModelError, check_positive_int, check_seed
 from kerascope.methods.gradients import Saliency
-from kerascope.methods.integrated import ExpectedGradients, _describe_baseline, resolve_baselines
+from kerascope.methods.integrated import (
+    ExpectedGradients,
+    _chosen_baselines,
+    _describe_baseline,
+    resolve_baselines,
+)
 from kerascope.methods.registry import register
 
 
@@ -97,27 +104,90 @@ def _check_summation(attr_sums: np.ndarray, scores: np.ndarray, base_scores: np.
         )
 
 
-class _PairRunner:
-    """Runs DeepLIFT on (input, reference) pairs, ``batch_size // 2`` pairs per compiled call."""
+def _constant_rows(array: np.ndarray) -> bool:
+    """Whether every row of ``array`` is the first one (then one reference row serves every input)."""
+    return len(array) <= 1 or bool(np.all(array == array[:1]))
 
-    def __init__(self, method: Method, inputs: Inputs, targets: Any, resolved: np.ndarray) -> None:
-        self.method, self.inputs, self.targets, self.resolved = method, inputs, targets, resolved
 
-    def run(self, xs: list[np.ndarray], refs: list[np.ndarray], owners: np.ndarray) -> tuple[list[np.ndarray], Any]:
-        """Attributions ``(x - x') * multipliers`` of each pair, and the scores ``f(x)``, ``f(x')``."""
-        m = len(owners)
-        stacked = [np.concatenate([x, r]) for x, r in zip(xs, refs, strict=True)]
-        result = self.method.engine.gradients(
-            Inputs(self.inputs.model_arg(stacked)),
-            row_targets(self.targets, self.resolved, np.concatenate([owners, owners])),
-            rule="deeplift",
-            batch_size=2 * m,
+class _Runner:
+    """Runs DeepLIFT's compiled passes for one ``explain`` call.
+
+    Two layouts: :meth:`shared` compares ``batch_size - 1`` inputs with ONE
+    reference row (batch ``N + 1``: about one forward and one backward pass,
+    the default zeros / constant / one-array baselines and every DeepLiftShap
+    background row); :meth:`pairs` runs ``batch_size // 2`` (input, reference)
+    pairs (per-sample references such as ``"blur"``; batch ``2 N``).
+    """
+
+    def __init__(self, method: DeepLIFT, inputs: Inputs, targets: Any, wrt: list[int]) -> None:
+        self.method, self.inputs, self.targets, self.wrt = method, inputs, targets, wrt
+        self.indices = targets_lib.encode(targets, inputs.num_samples)[0] if not callable(targets) else None
+        self._resolved: np.ndarray | None = None
+
+    def can_share(self, references: list[np.ndarray]) -> bool:
+        """One reference row fits: each attributed input's references and every other input are constant."""
+        held = [a for k, a in enumerate(self.inputs.arrays) if k not in self.wrt]
+        return all(_constant_rows(a) for a in [*references, *held])
+
+    def shared(self, reference: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """``(attributions, f(x), targets, f(reference))`` against one reference (one row per model input).
+
+        Each pass is ``batch_size - 1`` inputs and, last, the reference; the reference's scores
+        for the target classes come from one forward pass of that one row."""
+        method, inputs, n = self.method, self.inputs, self.inputs.num_samples
+        attributions = [np.zeros(inputs.arrays[i].shape, np.float32) for i in self.wrt]
+        scores, resolved = np.zeros(n, np.float32), np.zeros(n, np.int64)
+        last = 0.0
+        for rows in chunk_ranges(n, max(1, method.batch_size - 1)):
+            m = len(rows)
+            arrays = [np.concatenate([a[rows], r.astype(a.dtype)]) for a, r in zip(inputs.arrays, reference, strict=True)]
+            if callable(self.targets) or self.targets is None:
+                targets = self.targets  # the predicted class is resolved in the pass (the reference's is unused)
+            else:
+                targets = self.indices[np.append(rows, rows[0])]
+            result = method.engine.gradients(
+                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
+                rule=DeepLiftBackward(shared=True), batch_size=m + 1,
+            )
+            for k, (g, i) in enumerate(zip(result.input_grads, self.wrt, strict=True)):
+                attributions[k][rows] = g[:m] * (inputs.arrays[i][rows] - reference[i])
+            scores[rows], resolved[rows], last = result.scores[:m], result.targets[:m], result.scores[m]
+        if callable(self.targets):
+            base = np.full(n, last, np.float32)
+        else:
+            outputs = method.engine.select(method.engine.forward(Inputs(inputs.model_arg(reference))))
+            base = np.asarray(outputs, np.float32).reshape(-1)[resolved]
+        _check_summation(_sums(attributions), scores, base)
+        return attributions, scores, resolved, base
+
+    def resolved(self) -> np.ndarray:
+        """The target classes (the predicted ones need a forward pass first: the pairs share them)."""
+        if self._resolved is None:
+            if self.targets is None:
+                _, self._resolved = forward_scores(self.method.engine, self.inputs, None, self.method.batch_size)
+            else:
+                self._resolved = self.indices if self.indices is not None else np.zeros(self.inputs.num_samples, int)
+        return self._resolved
+
+    def pairs(self, owners: np.ndarray, references: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """``(attributions, f(x), f(x'))`` of the rows ``owners`` against their references (one per row)."""
+        method, inputs, m = self.method, self.inputs, len(owners)
+        chosen = dict(zip(self.wrt, references, strict=True))
+        arrays = [np.concatenate([a[owners], chosen[k].astype(a.dtype) if k in chosen else a[owners]])
+                  for k, a in enumerate(inputs.arrays)]
+        targets = self.targets if callable(self.targets) else np.concatenate([self.resolved()[owners]] * 2)
+        result = method.engine.gradients(
+            Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule="deeplift", batch_size=2 * m
         )
-        attributions = [g[:m] * (x - r) for g, x, r in zip(result.input_grads, xs, refs, strict=True)]
-        total = sum(a.reshape(m, -1).astype(np.float64).sum(axis=1) for a in attributions)
-        scores, base = result.scores[:m].astype(np.float64), result.scores[m:].astype(np.float64)
-        _check_summation(total, scores, base)
-        return attributions, base
+        attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])
+                        for g, i in zip(result.input_grads, self.wrt, strict=True)]
+        scores, base = result.scores[:m], result.scores[m:]
+        _check_summation(_sums(attributions), scores, base)
+        return attributions, scores, base
+
+
+def _sums(attributions: list[np.ndarray]) -> np.ndarray:
+    return sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
 
 
 @register
@@ -145,13 +215,23 @@ class DeepLIFT(Method):
 
     Args:
         baseline: the reference: ``None``/``"zeros"`` (default), a number,
-            ``"blur"`` or an array (one sample's shape, or the batch's).
+            ``"blur"`` or an array (one sample's shape, or the batch's); for
+            multi-input models a list / dict with one per model input, or one
+            for the attributed input.
+        input_index: multi-input models: the input(s) attributed (a position,
+            an input name or a list of them, as the gradient methods'); the
+            others are held at their values in the input and in the reference
+            (Captum's ``additional_forward_args``), so the attributions sum to
+            ``f(x) - f(x with the chosen inputs at their baselines)``. Default:
+            every input (Captum's ``DeepLift`` on all of them).
 
     ``Explanation.extras["completeness_error"]`` is ``sum(attr) - (f(x) -
     f(baseline))`` per sample (Captum's convergence delta) and
     ``baseline_scores`` the scores at the baselines. Cost: one forward and
-    one backward pass on a batch of ``2 N`` (inputs and baselines), plus one
-    forward pass to resolve the targets.
+    one backward pass on a batch of ``N + 1`` rows (the inputs and, last, the
+    one reference they share) when the reference is the same for every input
+    (zeros, a number, one array); ``2 N`` rows (inputs and their own
+    references) for per-sample references (``"blur"``, a batch of arrays).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -165,9 +245,10 @@ class DeepLIFT(Method):
     description = "DeepLIFT rescale rule (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."
     aliases = ("deep_lift",)
 
-    def __init__(self, model: keras.Layer, *, baseline: Any = None, **kwargs: Any) -> None:
+    def __init__(self, model: keras.Layer, *, baseline: Any = None, input_index: Any = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         self.baseline = baseline
+        self.input_index = input_index
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (an array baseline is reported by its shape).
@@ -182,33 +263,53 @@ class DeepLIFT(Method):
         params["baseline"] = _describe_baseline(self.baseline)
         return params
 
+    def attributed_inputs(self, inputs: Inputs) -> list[int]:
+        """Positions of the model inputs attributed (``input_index``; default: every input).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> t, img = keras.Input((3,), name="tab"), keras.Input((4, 4, 1), name="img")
+            >>> m = keras.Model([t, img], keras.layers.Concatenate()([t, keras.layers.Flatten()(img)]))
+            >>> x = Inputs([np.zeros((1, 3)), np.zeros((1, 4, 4, 1))])
+            >>> ks.DeepLIFT(m).attributed_inputs(x), ks.DeepLIFT(m, input_index="tab").attributed_inputs(x)
+            ([0, 1], [0])
+        """
+        if self.input_index is None:
+            return list(range(len(inputs.arrays)))
+        return gradient_inputs(self.model, inputs, self.input_index)
+
     def _check_model(self) -> None:
         # refuse before running anything; a softmax is only known to be final (bypassed) after a pass
         softmaxes = [self.engine.path_of(layer) for layer in softmax_candidates(self.model)]
         check_deeplift_support(self.model, softmaxes)
 
-    def _prepare(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, np.ndarray]:
-        self._check_model()  # also when called as a noise wrapper's base (not through explain)
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-        bypassed = self.engine.bypassed_layers if self.output == "logits" else []
-        check_deeplift_support(self.model, bypassed)
-        return scores, resolved
+    def _prepare(self, inputs: Inputs, targets: Any) -> list[int]:
+        """Check the model (also as a noise wrapper's base) and the targets; the attributed inputs."""
+        self._check_model()
+        self.engine.prepare(inputs, targets)  # validates the targets, finds a final softmax (one sample)
+        check_deeplift_support(self.model, self.engine.bypassed_layers if self.output == "logits" else [])
+        return self.attributed_inputs(inputs)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        scores, resolved = self._prepare(inputs, targets)
-        baselines = resolve_baselines(self.baseline, inputs)
-        runner = _PairRunner(self, inputs, targets, resolved)
-        attributions = [np.zeros(a.shape, np.float32) for a in inputs.arrays]
-        base_scores = np.zeros(inputs.num_samples, np.float32)
-        for rows in chunk_ranges(inputs.num_samples, max(1, self.batch_size // 2)):
-            parts, base = runner.run([a[rows] for a in inputs.arrays], [b[rows] for b in baselines], rows)
-            for k, part in enumerate(parts):
-                attributions[k][rows] = part
-            base_scores[rows] = base
-        total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
-        error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
-        return self._result(
-            inputs, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
+        wrt = self._prepare(inputs, targets)
+        chosen = Inputs([inputs.arrays[i] for i in wrt])
+        references = resolve_baselines(_chosen_baselines(self.baseline, inputs, wrt), chosen)
+        runner = _Runner(self, inputs, targets, wrt)
+        if runner.can_share(references):
+            rows = [references[wrt.index(k)][:1] if k in wrt else a[:1] for k, a in enumerate(inputs.arrays)]
+            attributions, scores, resolved, base_scores = runner.shared(rows)
+        else:
+            n = inputs.num_samples
+            attributions = [np.zeros(a.shape, np.float32) for a in chosen.arrays]
+            scores, base_scores = np.zeros(n, np.float32), np.zeros(n, np.float32)
+            for rows in chunk_ranges(n, max(1, self.batch_size // 2)):
+                parts, scores[rows], base_scores[rows] = runner.pairs(rows, [r[rows] for r in references])
+                for k, part in enumerate(parts):
+                    attributions[k][rows] = part
+            resolved = runner.resolved()
+        error = (_sums(attributions) - (scores.astype(np.float64) - base_scores)).astype(np.float32)
+        return self._input_result(
+            inputs, wrt, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
         )
 
 
@@ -223,17 +324,20 @@ class DeepLiftShap(DeepLIFT):
 
     Args:
         baseline: background array ``(M, ...)`` (for multi-input models a
-            list / dict of them with the same ``M``); default: one all-zeros
-            baseline (then this is DeepLIFT).
+            list / dict of them with the same ``M``, or one for the attributed
+            input); default: one all-zeros baseline (then this is DeepLIFT).
         samples: baselines per input; ``None`` (default): all ``M``, Captum's
             definition; fewer: drawn without replacement (with replacement if
             ``samples > M``).
         seed: seed of the draws (only used when ``samples`` is set).
+        input_index: the input(s) attributed, as :class:`DeepLIFT`'s.
 
     ``extras``: ``baseline_indices`` (the background rows used),
     ``baseline_scores`` (the mean score over them) and ``completeness_error``
-    (``sum(attr) - (f(x) - mean f(b))``). Cost: DeepLIFT on ``N * samples``
-    pairs.
+    (``sum(attr) - (f(x) - mean f(b))``). Cost: DeepLIFT once per background
+    row, each on ``N + 1`` rows (the inputs share the background row); on
+    ``2 N`` rows per background row when the other inputs of a multi-input
+    model differ between samples.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -262,29 +366,41 @@ class DeepLiftShap(DeepLIFT):
         self.seed = check_seed(seed)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        background = ExpectedGradients._background(self, inputs)  # same background rules
+        wrt = self._prepare(inputs, targets)
+        background = ExpectedGradients._background(self, inputs, wrt)  # same background rules
         count = len(background[0])
         if self.samples is None:
             choice = np.arange(count)
         else:
             rng = np.random.default_rng(self.seed)
             choice = rng.choice(count, size=self.samples, replace=self.samples > count)
-        k = len(choice)
-        scores, resolved = self._prepare(inputs, targets)
-        runner = _PairRunner(self, inputs, targets, resolved)
-        attributions = [np.zeros(a.shape, np.float64) for a in inputs.arrays]
-        base_scores = np.zeros(inputs.num_samples, np.float64)
-        for rows in chunk_ranges(inputs.num_samples * k, max(1, self.batch_size // 2)):
-            owners, draws = rows // k, choice[rows % k]
-            parts, base = runner.run([a[owners] for a in inputs.arrays], [b[draws] for b in background], owners)
-            weights = np.full(len(rows), 1.0 / k)
-            for acc, part in zip(attributions, parts, strict=True):
-                reduce_rows(acc, owners, weights, part)
-            reduce_rows(base_scores[:, None], owners, weights, base[:, None])
+        k, n = len(choice), inputs.num_samples
+        runner = _Runner(self, inputs, targets, wrt)
+        attributions = [np.zeros(inputs.arrays[i].shape, np.float64) for i in wrt]
+        base_scores = np.zeros(n, np.float64)
+        if runner.can_share([]):  # the other inputs are the same in every sample: one background row per pass
+            rows, weights = np.unique(choice, return_counts=True)
+            for row, weight in zip(rows, weights / k, strict=True):
+                reference = [background[wrt.index(j)][row : row + 1] if j in wrt else a[:1]
+                             for j, a in enumerate(inputs.arrays)]
+                parts, scores, resolved, base = runner.shared(reference)
+                for acc, part in zip(attributions, parts, strict=True):
+                    acc += weight * part
+                base_scores += weight * base
+        else:
+            scores = np.zeros(n, np.float32)
+            for rows in chunk_ranges(n * k, max(1, self.batch_size // 2)):
+                owners, draws = rows // k, choice[rows % k]
+                parts, row_scores, base = runner.pairs(owners, [b[draws] for b in background])
+                weights = np.full(len(rows), 1.0 / k)
+                for acc, part in zip(attributions, parts, strict=True):
+                    reduce_rows(acc, owners, weights, part)
+                reduce_rows(base_scores[:, None], owners, weights, base[:, None])
+                scores[owners] = row_scores
+            resolved = runner.resolved()
         attributions = [a.astype(np.float32) for a in attributions]
-        total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
-        error = (total - (scores.astype(np.float64) - base_scores)).astype(np.float32)
-        return self._result(
-            inputs, attributions, scores, resolved, completeness_error=error,
+        error = (_sums(attributions) - (scores.astype(np.float64) - base_scores)).astype(np.float32)
+        return self._input_result(
+            inputs, wrt, attributions, scores, resolved, completeness_error=error,
             baseline_scores=base_scores.astype(np.float32), baseline_indices=choice,
         )

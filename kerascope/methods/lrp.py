@@ -19,6 +19,7 @@ from kerascope.core.layers import iter_layers
 from kerascope.core.lrp_composites import COMPOSITES, assign_rules, composite_rules
 from kerascope.core.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
 from kerascope.core.lrp_walk import LRPBackward, classify
+from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import Method, UnsupportedModelError, check_number
 from kerascope.methods.registry import register
 
@@ -82,6 +83,10 @@ class LRP(Method):
             input sample; default 0 and 1, images scaled to [0, 1]).
         stabilizer: the other rules' stabiliser (default 1e-6).
         init: ``"logit"`` (default) or ``"one_hot"``.
+        input_index: multi-input models: the input(s) whose relevance is
+            returned (a position, an input name or a list, as the gradient
+            methods'); the others are held at their values and their share of
+            the relevance is not returned. Default: every input.
 
     ``extras["relevance_sum"]`` is the input relevance per sample and
     ``extras["conservation"]`` its ratio to the initial relevance (1 for
@@ -113,9 +118,11 @@ class LRP(Method):
         high: Any = 1.0,
         stabilizer: float = 1e-6,
         init: str = "logit",
+        input_index: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
+        self.input_index = input_index
         if init not in INITS:
             raise ValueError(f"`init` must be one of {INITS}. Received: init={init!r}.")
         if rules is not None and not isinstance(rules, Mapping):
@@ -145,6 +152,20 @@ class LRP(Method):
                 params[key] = f"array{np.shape(params[key])}"
         params["rules"] = {k: v if isinstance(v, str) else repr(v) for k, v in self.rules.items()}
         return params
+
+    def attributed_inputs(self, inputs: Inputs) -> list[int]:
+        """Positions of the model inputs whose relevance is returned (``input_index``; default: every input).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> t, img = keras.Input((3,), name="tab"), keras.Input((4, 4, 1), name="img")
+            >>> m = keras.Model([t, img], keras.layers.Dense(1)(keras.layers.Concatenate()([t, keras.layers.Flatten()(img)])))
+            >>> ks.LRP(m, input_index="img").attributed_inputs(Inputs([np.zeros((1, 3)), np.zeros((1, 4, 4, 1))]))
+            [1]
+        """
+        if self.input_index is None:
+            return list(range(len(inputs.arrays)))
+        return gradient_inputs(self.model, inputs, self.input_index)
 
     def layer_rules(self) -> dict[str, Rule]:
         """The rule each Dense / Conv layer gets, by path (the composite with ``rules`` applied).
@@ -178,10 +199,11 @@ class LRP(Method):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         self.engine.prepare(inputs, targets)  # finds the final softmax before the support check
         check_lrp_support(self.model, self.engine.bypassed_layers if self.output == "logits" else [])
+        wrt = self.attributed_inputs(inputs)
         backward = LRPBackward(self.layer_rules(), self.stabilizer)  # equal rules: the same compiled function
         self._check_box(inputs, backward.rules)
         result = self.engine.gradients(
-            inputs, targets, rule=backward, batch_size=self.batch_size, progress=self.progress
+            inputs, targets, wrt_inputs=wrt, rule=backward, batch_size=self.batch_size, progress=self.progress
         )
         scores = result.scores.astype(np.float32)
         start = scores if self.init == "logit" else np.ones_like(scores)
@@ -191,7 +213,7 @@ class LRP(Method):
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = (total / start.astype(np.float64)).astype(np.float32)
-        return self._result(
-            inputs, attributions, scores, result.targets, relevance_sum=total.astype(np.float32),
+        return self._input_result(
+            inputs, wrt, attributions, scores, result.targets, relevance_sum=total.astype(np.float32),
             conservation=ratio,
         )

@@ -284,3 +284,19 @@ def test_cli_param_call_index(tmp_path, capsys):
     assert main([*common, "--param", "call_index=1", "--out", str(tmp_path / "one")]) == 0
     saved = ks.Explanation.load(tmp_path / "one" / "gradcam.npz")
     assert saved.params["call_index"] == 1
+
+
+@tf_only
+def test_a_cell_called_in_a_loop_is_refused_not_matched_to_the_wrong_step():
+    """Eagerly an RNN cell is called once per step, compiled once per loop body: no call can be matched."""
+    x = keras.Input((3, 2))
+    rnn = keras.Model(x, keras.layers.Dense(2)(keras.layers.LSTM(3, name="lstm", use_cudnn=False)(x)))
+    data = np.ones((2, 3, 2), "float32")
+    rnn(data)  # the LSTM sets its own (dropout mask) attributes on its first call
+    before = snapshot(rnn)
+    with pytest.raises(SharedLayerError, match="lstm/lstm_cell' is called .* times"):
+        ks.layer_gradients(rnn, data, "lstm/lstm_cell", targets=0)
+    with pytest.raises(ValueError, match=r"times in the compiled one .* Probe the layer that contains the loop"):
+        ks.layer_gradients(rnn, data, "lstm/lstm_cell", targets=0, call_index=1)
+    assert ks.layer_gradients(rnn, data, "lstm", targets=0).gradients.shape == (2, 3)
+    assert_unchanged(rnn, before)

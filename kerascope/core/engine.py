@@ -408,16 +408,33 @@ class Engine:
             >>> Engine(m, call_index=-1).call_positions(x, [d])
             (1,)
         """
-        if not layers:
-            return ()
+        return self._calls(inputs, layers)[0]
 
-        def count() -> tuple[int | None, ...]:
+    def _calls(self, inputs: Inputs, layers: Sequence[keras.Layer]) -> tuple[tuple[int | None, ...], tuple[int, ...]]:
+        """``(positions, eager call counts)`` of ``layers``, memoised per layers and input signature."""
+        if not layers:
+            return (), ()
+
+        def count() -> tuple[tuple[int | None, ...], tuple[int, ...]]:
             with contextlib.ExitStack() as stack:
                 rec = stack.enter_context(probe(layers))
                 self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-            return tuple(self._choose(layer, len(rec.outputs.get(id(layer), ()))) for layer in layers)
+            counts = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
+            return tuple(self._choose(layer, n) for layer, n in zip(layers, counts, strict=True)), counts
 
         return self.memo(("call_positions", tuple(id(layer) for layer in layers), inputs.signature), count)
+
+    def _check_traced_calls(self, recorder: Any, layers: Sequence[keras.Layer], counts: Sequence[int]) -> None:
+        """A shared layer must be called as often when compiled as eagerly, else its calls cannot be matched."""
+        for layer, eager in zip(layers, counts, strict=True):
+            traced = len(recorder.outputs.get(id(layer), ()))
+            if eager > 1 and traced != eager:  # a plain ValueError: the TF backend re-raises it unwrapped
+                raise ValueError(
+                    f"Layer {self.path_of(layer)!r} is called {eager} times in an eager forward pass but {traced} "
+                    f"times in the compiled one (a layer called inside a loop, such as an RNN cell), so its calls "
+                    f"cannot be told apart. Received: layer={self.path_of(layer)!r}, call_index={self.call_index!r}. "
+                    "Probe the layer that contains the loop (e.g. the LSTM layer, not its cell)."
+                )
 
     def check_inputs(self, inputs: Any) -> Inputs:
         """Validate ``inputs`` against the model, eagerly: shapes, then one call on one sample.
@@ -589,6 +606,7 @@ class Engine:
         target_fn: Callable | None,
         replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
         positions: Sequence[int | None] = (),
+        counts: Sequence[int] = (),
     ) -> Callable:
         replace = len(replace_specs)
         bypass = self.space.bypass()
@@ -608,6 +626,7 @@ class Engine:
             else:
                 replaced = transform
             outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule, positions)
+            engine._check_traced_calls(recorder, layers, counts)
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
             return scores, resolved, [recorder.call(layer, at) for layer, at in zip(layers, positions, strict=True)]
 
@@ -697,14 +716,15 @@ class Engine:
         wrt = tuple(int(i) for i in wrt)
         prepared, indices, target_fn = self.prepare(prepared, targets)
         _check_differentiable(prepared, wrt)
-        positions = self.call_positions(prepared, resolved_layers)
+        positions, counts = self._calls(prepared, resolved_layers)
         key = (
             resolved_layers, wrt, tuple(id(w) for w in weights), rule, _target_key(target_fn),
             prepared.signature, tuple((s[1:], d) for s, d in replace_specs), positions, self.call_index,
         )
         fn = self._compiled.get(key)
         if fn is None:
-            fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs, positions)
+            fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs,
+                             positions, counts)
             self._compiled[key] = fn
         parts: list[dict[str, Any]] = []
         with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
@@ -809,7 +829,7 @@ class Engine:
         self._detect_softmax(inputs)
         extra_key = None if extra_spec is None else (tuple(extra_spec[0][1:]), extra_spec[1])
         probed = [layer] if layer is not None else []
-        positions = self.call_positions(inputs, probed)
+        positions, counts = self._calls(inputs, probed)
         key = ("intervene", layer, transform, _target_key(target_fn), inputs.signature, extra_key, positions,
                self.call_index)
         cached = self._compiled.get(key)
@@ -826,7 +846,8 @@ class Engine:
             arrays, indices = flat[:count], flat[count]
             extra = flat[count + 1] if extra_spec is not None else None
             replace = None if transform is None else (lambda _i, _l, out: transform(out, extra))
-            outputs = engine._call_model(model_arg, arrays, bypass, probed, replace, None, positions)[0]
+            outputs, recorder = engine._call_model(model_arg, arrays, bypass, probed, replace, None, positions)
+            engine._check_traced_calls(recorder, probed, counts)
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
             return {"scores": keras.ops.cast(scores, "float32"), "targets": resolved}
 

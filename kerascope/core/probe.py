@@ -91,7 +91,17 @@ class Recorder:
             ('first', 'second')
         """
         last = self.last(layer)  # raises the error of a layer never called
-        return last if position is None else self.outputs[id(layer)][position]
+        calls = self.outputs[id(layer)]
+        if position is None:
+            return last
+        if not -len(calls) <= position < len(calls):
+            raise ValueError(
+                f"Layer {layer.name!r} was called {len(calls)} time(s) in this pass, so it has no call "
+                f"{position}. Received: call position {position}. A layer called inside a loop (an RNN cell) "
+                "is called a different number of times eagerly and when compiled, and its calls cannot be told "
+                "apart: probe the layer that contains the loop (e.g. the LSTM layer, not its cell)."
+            )
+        return calls[position]
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from kerascope.core.calls import SharedLayerError, check_call_index
 from kerascope.core.engine import Engine, check_finite, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.precision import check_precision
 from kerascope.core.progress import Progress, progress_scope
 from kerascope.core.threads import single_threaded_blas
 from kerascope.numeric.chunking import check_batch_size
@@ -148,6 +149,9 @@ class Method:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: The reduced compute types the method can run in (``precision=``), and why others are refused.
+    reduced_precisions: ClassVar[tuple[str, ...]] = ("bfloat16", "float16")
+    precision_note: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -163,6 +167,12 @@ class Method:
         call_index: int | None = None,
     ) -> None:
         check_batch_size(batch_size)
+        reduced = check_precision(precision)
+        if reduced is not None and reduced not in self.reduced_precisions:
+            raise ValueError(
+                f"{type(self).__name__} cannot run in {reduced}. {self.precision_note} Received: "
+                f"precision={precision!r}. Use precision={self.reduced_precisions[0]!r} or None (float32)."
+            )
         self.model = model
         self.batch_size = batch_size
         self.output = output

@@ -244,6 +244,9 @@ class DeepLIFT(Method):
     name = "deeplift"
     description = "DeepLIFT rescale rule (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."
     aliases = ("deep_lift",)
+    reduced_precisions = ("bfloat16",)
+    precision_note = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
+                      "and give NaN; bfloat16 has float32's range.")
 
     def __init__(self, model: keras.Layer, *, baseline: Any = None, input_index: Any = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)

@@ -105,6 +105,9 @@ class LRP(Method):
     name = "lrp"
     description = "Layer-wise Relevance Propagation with zennit's rules and composites (Bach et al. 2015)."
     aliases = ("layerwise_relevance_propagation",)
+    reduced_precisions = ("bfloat16",)
+    precision_note = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
+                      "and give NaN; bfloat16 has float32's range.")
 
     def __init__(
         self,

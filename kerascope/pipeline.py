@@ -77,6 +77,22 @@ def _takes_layer(spec: Any) -> bool:
     return isinstance(cls, type) and "layer" in accepted_parameters(cls)
 
 
+def _common_for(spec: Any, own: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """``common`` without ``call_index`` for a method that reads no inner layer in this run.
+
+    ``call_index`` chooses the call of the run's ``layer`` (or ``output_layer``): Saliency kept on the
+    pixels beside Grad-CAM must not get it (it would refuse a ``call_index`` with nothing to apply to).
+
+    Example:
+        >>> _common_for("saliency", {}, {"call_index": 1, "batch_size": 8})
+        {'batch_size': 8}
+        >>> _common_for("gradcam", {}, {"call_index": 1})
+        {'call_index': 1}
+    """
+    reads_layer = _is_cam(spec) or "layer" in own or (own.get("output_layer") or common.get("output_layer")) is not None
+    return common if reads_layer else {k: v for k, v in common.items() if k != "call_index"}
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     z = x - x.max(axis=-1, keepdims=True)
     e = np.exp(z)
@@ -194,7 +210,7 @@ def explain_images(
             # `layer` names the CAM layer; without a CAM in the run, the layer gradient methods attribute at
             if layer is not None and (_is_cam(spec) or (not with_cam and _takes_layer(spec))):
                 own.setdefault("layer", layer)
-            method = build(spec, model, own, common)
+            method = build(spec, model, own, _common_for(spec, own, common))
             label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
             with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
                 explanation = method.explain(batch.inputs, targets)

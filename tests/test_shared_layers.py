@@ -281,9 +281,11 @@ def test_cli_param_call_index(tmp_path, capsys):
     common = ["explain", str(path), image, "--method", "gradcam", "--layer", "shared", "--quiet"]
     assert main([*common, "--out", str(tmp_path / "none")]) != 0
     assert "call_index=0..1" in capsys.readouterr().err
-    assert main([*common, "--param", "call_index=1", "--out", str(tmp_path / "one")]) == 0
+    # Saliency beside Grad-CAM stays on the pixels: the call_index goes with the layer, to Grad-CAM only
+    assert main([*common, "--method", "saliency", "--param", "call_index=1", "--out", str(tmp_path / "one")]) == 0
     saved = ks.Explanation.load(tmp_path / "one" / "gradcam.npz")
-    assert saved.params["call_index"] == 1
+    assert saved.params["call_index"] == 1 and saved.params["layer"] == "shared"
+    assert ks.Explanation.load(tmp_path / "one" / "saliency.npz").params["call_index"] is None
 
 
 @tf_only

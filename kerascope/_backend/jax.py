@@ -110,6 +110,7 @@ def compile_gradients(
     weights: Sequence[Any],
     jit_compile: bool = False,
     on_trace: Callable[[], None] | None = None,
+    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
     """Compile ``forward`` into one ``jax.jit(jax.value_and_grad(...))`` function.
 
@@ -119,6 +120,9 @@ def compile_gradients(
     the probed layer outputs (the last
     call of each layer, as recorded) and ``weights``. ``jit_compile`` is
     ignored: JAX always compiles with XLA.
+
+    ``post(out) -> out``, when given, is applied to the result dictionary inside the
+    compiled function (e.g. to reduce activations and gradients before they leave it).
 
     Example:
         >>> import numpy as np
@@ -217,6 +221,8 @@ def compile_gradients(
         }
         if wrt:
             out["input_grads"] = [f32(g) for g in grads[1]]
+        if post is not None:
+            out = post(out)
         return out
 
     compiled = jax.jit(step)

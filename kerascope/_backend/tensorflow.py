@@ -69,6 +69,7 @@ def compile_gradients(
     weights: Sequence[Any],
     jit_compile: bool = False,
     on_trace: Callable[[], None] | None = None,
+    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
     """Compile ``forward`` with a gradient tape; the batch dimension is ``None``.
 
@@ -78,6 +79,9 @@ def compile_gradients(
     True, or the input positions it lists),
     the probed activations and ``weights``. Because samples are independent,
     the gradient of the sum gives each sample's own gradient.
+
+    ``post(out) -> out``, when given, is applied to the result dictionary inside the
+    compiled function (e.g. to reduce activations and gradients before they leave it).
 
     Example:
         >>> import numpy as np
@@ -139,6 +143,8 @@ def compile_gradients(
         }
         if wrt:
             out["input_grads"] = [tf.cast(g, tf.float32) for g in grads["inputs"]]
+        if post is not None:
+            out = post(out)
         return out
 
     compiled = _traced_once(tf.function(step, input_signature=signature, jit_compile=jit_compile))

@@ -64,6 +64,7 @@ def compile_gradients(
     weights: Sequence[Any],
     jit_compile: bool = False,
     on_trace: Callable[[], None] | None = None,
+    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
     """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``.
 
@@ -72,6 +73,9 @@ def compile_gradients(
     output of each probed layer, and ``weights`` (torch tensors). Nothing is
     traced, so ``on_trace`` is called once, on the first call; ``jit_compile``
     is ignored.
+
+    ``post(out) -> out``, when given, is applied to the result dictionary inside the
+    compiled function (e.g. to reduce activations and gradients before they leave it).
 
     Example:
         >>> import numpy as np
@@ -146,6 +150,8 @@ def compile_gradients(
         }
         if wrt:
             out["input_grads"] = [_f32(g) for g in input_grads]
+        if post is not None:
+            out = post(out)
         return _to_numpy(out)
 
     return run

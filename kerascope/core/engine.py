@@ -99,6 +99,8 @@ class GradientResult:
     or those listed in ``wrt_inputs``, in that order); ``activations`` and
     ``layer_grads`` one per requested layer; ``weight_grads`` one per
     requested variable (the gradient of the *sum* of the samples' scores).
+    ``reduced`` holds what a ``reduce=`` function computed from the activations and
+    layer gradients inside the compiled function (those two lists are then empty).
 
     Example:
         >>> import numpy as np
@@ -113,6 +115,7 @@ class GradientResult:
     activations: list[Any] = field(default_factory=list)
     layer_grads: list[np.ndarray] = field(default_factory=list)
     weight_grads: list[np.ndarray] = field(default_factory=list)
+    reduced: Any = None
 
 
 class Engine:
@@ -607,6 +610,7 @@ class Engine:
         replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
         positions: Sequence[int | None] = (),
         counts: Sequence[int] = (),
+        reduce_slot: list[Callable[..., Any] | None] | None = None,
     ) -> Callable:
         replace = len(replace_specs)
         bypass = self.space.bypass()
@@ -635,6 +639,12 @@ class Engine:
             if engine is not None:
                 engine.trace_count += 1
 
+        def post(out: dict[str, Any]) -> dict[str, Any]:
+            # the reduce function of the current call (the slot is set for the call only: the compiled
+            # function, cached and shared by equal keys, holds no method instance)
+            reduced = reduce_slot[0](out["acts"], out["layer_grads"])
+            return {**out, "acts": [], "layer_grads": [], "reduced": reduced}
+
         return _backend.get().compile_gradients(
             forward,
             input_specs=inputs.specs + list(replace_specs),
@@ -643,6 +653,7 @@ class Engine:
             weights=[getattr(w, "value", w) for w in weights],
             jit_compile=self.jit_compile,
             on_trace=on_trace,
+            post=None if reduce_slot is None else post,
         )
 
     def gradients(
@@ -657,6 +668,8 @@ class Engine:
         replace: Sequence[np.ndarray] = (),
         batch_size: int = 32,
         progress: Progress = False,
+        reduce: Callable[[list[Any], list[Any]], Any] | None = None,
+        reduce_key: Any = None,
     ) -> GradientResult:
         """Differentiate: scores, input gradients, layer activations/gradients and weight gradients.
 
@@ -679,6 +692,13 @@ class Engine:
             batch_size: samples per compiled call; bounds memory.
             progress: a progress bar (``True``) or callback over the chunks (see
                 :func:`~kerascope.core.progress.progress_scope`); inside a method's own scope it adds nothing.
+            reduce: ``reduce(activations, layer_grads) -> tensor(s)`` (batch first), written with
+                ``keras.ops`` and run inside the compiled function on the probed layers' float32
+                activations and gradients; the result's ``reduced`` holds its output and
+                ``activations`` / ``layer_grads`` stay empty (e.g. a CAM's map, so that the
+                ``(N, h, w, C)`` arrays never leave the device).
+            reduce_key: hashable identity of ``reduce`` for the cache of compiled functions
+                (functions with equal keys must compute the same thing); default: ``reduce`` itself.
 
         Example:
             >>> import keras, numpy as np
@@ -686,6 +706,10 @@ class Engine:
             >>> m.get_layer("d").set_weights([np.array([[2.0], [3.0]])])
             >>> Engine(m).gradients(np.ones((1, 2)), targets=0).input_grads[0].tolist()
             [[2.0, 3.0]]
+            >>> r = Engine(m).gradients(np.ones((1, 2)), 0, layers=["d"], wrt_inputs=False,
+            ...                         reduce=lambda acts, grads: acts[0] * grads[0])
+            >>> r.reduced.tolist(), r.activations
+            ([[5.0]], [])
         """
         if rule not in RULES and not callable(getattr(rule, "install", None)):
             raise ValueError(
@@ -720,16 +744,25 @@ class Engine:
         key = (
             resolved_layers, wrt, tuple(id(w) for w in weights), rule, _target_key(target_fn),
             prepared.signature, tuple((s[1:], d) for s, d in replace_specs), positions, self.call_index,
+            None if reduce is None else ("reduce", reduce if reduce_key is None else reduce_key),
         )
-        fn = self._compiled.get(key)
-        if fn is None:
+        entry = self._compiled.get(key)
+        if entry is None:
+            slot: list[Callable[..., Any] | None] | None = None if reduce is None else [None]
             fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs,
-                             positions, counts)
-            self._compiled[key] = fn
+                             positions, counts, slot)
+            entry = self._compiled[key] = (fn, slot)
+        fn, slot = entry
         parts: list[dict[str, Any]] = []
-        with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
-            for part, arrays in prepared.chunks(batch_size):
-                parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
+        try:
+            if slot is not None:
+                slot[0] = reduce
+            with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
+                for part, arrays in prepared.chunks(batch_size):
+                    parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
+        finally:
+            if slot is not None:
+                slot[0] = None
         result = _merge(parts, bool(wrt))
         self._check_saturation(result.scores, prepared, result.input_grads)
         _check_finite(result)
@@ -930,6 +963,7 @@ def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:
         activations=[cat([p["acts"][i] for p in parts]) for i in range(len(first["acts"]))],
         layer_grads=[cat([p["layer_grads"][i] for p in parts]) for i in range(len(first["layer_grads"]))],
         weight_grads=[sum(p["weight_grads"][i] for p in parts) for i in range(len(first["weight_grads"]))],
+        reduced=cat([p["reduced"] for p in parts]) if "reduced" in first else None,
     )
 
 
@@ -942,6 +976,9 @@ def _check_finite(result: GradientResult) -> None:
         check_finite(grads, f"the gradients w.r.t. input {i}", "The model's gradient overflows for these inputs.")
     for i, grads in enumerate(result.layer_grads):
         check_finite(grads, f"the gradients at probed layer {i}", "The model's gradient overflows for these inputs.")
+    for i, values in enumerate(keras.tree.flatten(result.reduced)):
+        check_finite(values, f"the values reduced from the probed layers ({i})",
+                     "The model's gradient overflows for these inputs, or the reduce function divides by zero.")
 
 
 _ENGINES: weakref.WeakKeyDictionary[keras.Layer, dict[Any, Engine]] = weakref.WeakKeyDictionary()

@@ -6,7 +6,11 @@ gradients ``G`` of the target score there and the scores; :meth:`CAM.weigh` turn
 them into the map before ReLU; ReLU; bilinear upsampling to the input's
 resolution unless ``upsample=False``. A gradient variant overrides ONE function:
 :meth:`CAM.channel_weights` (``(N, C)``, e.g. Grad-CAM's mean gradient) or, for
-element-wise variants, :meth:`CAM.combine`. Perturbation variants (ScoreCAM,
+element-wise variants, :meth:`CAM.combine`. Both are written with ``keras.ops``:
+on an image or sequence layer they run inside the engine's compiled function
+(``Engine.gradients(reduce=...)``), so only the ``(N, *spatial)`` map leaves the
+device; on token layers (placed on a grid first) and with ``reshape=`` they run
+eagerly on the placed arrays. Perturbation variants (ScoreCAM,
 AblationCAM) override :meth:`CAM.weigh` through
 :class:`~kerascope.methods.cam_perturbation.PerturbationCAM`, which owns the
 shared scoring loop over the perturbed variants.
@@ -16,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import keras
 import numpy as np
+from keras import ops
 
 from kerascope.core import spatial
 from kerascope.core import targets as targets_lib
@@ -32,16 +37,30 @@ from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_bounds
 
 
-def weighted_sum(activations: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def weighted_sum(activations: Any, weights: Any) -> Any:
     """``sum_c w_c A_c``: ``(N, *spatial, C)`` activations weighted by ``(N, C)`` channel weights.
+
+    ``keras.ops``: works on numpy arrays and on backend tensors (inside a compiled function).
 
     Example:
         >>> import numpy as np
-        >>> weighted_sum(np.ones((1, 2, 2, 3)), np.array([[1.0, 2.0, 3.0]])).tolist()
+        >>> np.asarray(weighted_sum(np.ones((1, 2, 2, 3)), np.array([[1.0, 2.0, 3.0]]))).tolist()
         [[[6.0, 6.0], [6.0, 6.0]]]
     """
-    shape = (weights.shape[0],) + (1,) * (activations.ndim - 2) + (weights.shape[1],)
-    return np.sum(activations * weights.reshape(shape), axis=-1)
+    rank = len(activations.shape)
+    weights = ops.reshape(weights, (-1,) + (1,) * (rank - 2) + (weights.shape[-1],))
+    return ops.sum(activations * ops.cast(weights, activations.dtype), axis=-1)
+
+
+def spatial_axes(array: Any) -> tuple[int, ...]:
+    """The position axes of a channels-last ``(N, *spatial, C)`` array or tensor.
+
+    Example:
+        >>> import numpy as np
+        >>> spatial_axes(np.zeros((1, 4, 4, 3)))
+        (1, 2)
+    """
+    return tuple(range(1, len(array.shape) - 1))
 
 
 def default_layer(model: keras.Layer, inputs: Inputs, input_index: int = 0) -> keras.Layer:
@@ -105,6 +124,9 @@ class CAM(Method):
         >>> ks.GradCAM(m, layer="c", upsample=False).explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
         (1, 6, 6)
     """
+
+    #: whether :meth:`combine` can run inside the compiled function (``keras.ops`` only, no numpy)
+    on_device: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -220,26 +242,41 @@ class CAM(Method):
         )
 
     # --- what variants override -------------------------------------------
-    def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+    def channel_weights(self, activations: Any, gradients: Any) -> Any:
         """``(N, C)`` channel weights; Grad-CAM: the spatial mean of the gradients.
+
+        Written with ``keras.ops`` (float32 tensors inside the compiled function, or numpy).
 
         Example:
             >>> import numpy as np
-            >>> CAM.channel_weights(None, np.ones((1, 2, 2, 3)), np.ones((1, 2, 2, 3))).shape
+            >>> tuple(CAM.channel_weights(None, np.ones((1, 2, 2, 3)), np.ones((1, 2, 2, 3))).shape)
             (1, 3)
         """
-        return gradients.mean(axis=tuple(range(1, gradients.ndim - 1)))
+        return ops.mean(gradients, axis=spatial_axes(gradients))
 
-    def combine(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
-        """Map before ReLU, ``(N, *spatial)``: ``sum_c w_c A_c`` by default.
+    def combine(self, activations: Any, gradients: Any) -> Any:
+        """Map before ReLU, ``(N, *spatial)``: ``sum_c w_c A_c`` by default (``keras.ops``).
 
         Example:
             >>> import numpy as np
             >>> cam = GradCAM.__new__(GradCAM)
-            >>> cam.combine(np.ones((1, 2, 2, 3)), np.ones((1, 2, 2, 3))).shape
+            >>> tuple(cam.combine(np.ones((1, 2, 2, 3)), np.ones((1, 2, 2, 3))).shape)
             (1, 2, 2)
         """
         return weighted_sum(activations, self.channel_weights(activations, gradients))
+
+    def weighting_key(self) -> tuple:
+        """Hashable values of the instance parameters that :meth:`combine` reads (default: none).
+
+        With the class, it identifies the compiled function that computes the map on the
+        device: two instances with equal keys share it. A variant whose weighting reads an
+        instance parameter returns it here.
+
+        Example:
+            >>> GradCAM.weighting_key(None)
+            ()
+        """
+        return ()
 
     def weigh(
         self, inputs: Inputs, targets: Any, layer: keras.Layer, result: Any, activations: np.ndarray
@@ -259,7 +296,7 @@ class CAM(Method):
             >>> cam.weigh(x, 0, layer, result, a)[0].shape
             (1, 2, 2)
         """
-        return self.combine(activations, np.asarray(result.layer_grads[0], np.float32)), {}
+        return np.asarray(self.combine(activations, np.asarray(result.layer_grads[0], np.float32)), np.float32), {}
 
     # --- shared routine -----------------------------------------------------
     def layer_data(self, inputs: Inputs, targets: Any, layer: keras.Layer) -> Any:
@@ -295,13 +332,17 @@ class CAM(Method):
         """
         layer = self.resolve_layer(inputs)
         raw = self.layer_data(inputs, targets, layer)
-        activations = np.asarray(raw.activations[0], np.float32)
+        result = self._placed(inputs, layer, {f.name: getattr(raw, f.name) for f in fields(GradientResult)})
+        return layer, result, result.activations[0]
+
+    def _placed(self, inputs: Inputs, layer: keras.Layer, values: dict[str, Any]) -> CamResult:
+        """A :class:`CamResult` from an engine result's fields, activations and gradients placed on the input."""
+        activations = np.asarray(values["activations"][0], np.float32)
         layout = self.layout(inputs, layer, activations.shape)
         activations = np.asarray(layout.to_positions(activations), np.float32)
-        gradients = np.asarray(layout.to_positions(np.asarray(raw.layer_grads[0], np.float32)), np.float32)
-        values = {f.name: getattr(raw, f.name) for f in fields(GradientResult)}
+        gradients = np.asarray(layout.to_positions(np.asarray(values["layer_grads"][0], np.float32)), np.float32)
         values.update(activations=[activations], layer_grads=[gradients])
-        return layer, CamResult(**values, layout=layout), activations
+        return CamResult(**values, layout=layout)
 
     def maps(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, Any, keras.Layer]:
         """Raw (post-ReLU, not upsampled) maps, the engine result and the layer.
@@ -317,9 +358,47 @@ class CAM(Method):
         return cams, result, layer
 
     def _maps(self, inputs: Inputs, targets: Any) -> tuple[np.ndarray, Any, keras.Layer, dict[str, np.ndarray]]:
-        layer, result, activations = self.spatial_data(inputs, targets)
+        if self.on_device and self.reshape is None and type(self).weigh is CAM.weigh:
+            layer = self.resolve_layer(inputs)
+            before_relu, result = self._device_map(inputs, targets, layer)
+            if before_relu is not None:
+                return np.maximum(before_relu, 0.0).astype(np.float32), result, layer, {}
+            activations = np.asarray(result.activations[0], np.float32)  # tokens: placed on their grid here
+        else:
+            layer, result, activations = self.spatial_data(inputs, targets)
         before_relu, extras = self.weigh(inputs, targets, layer, result, activations)
         return np.maximum(before_relu, 0.0).astype(np.float32), result, layer, extras
+
+    def _device_map(self, inputs: Inputs, targets: Any, layer: keras.Layer) -> tuple[np.ndarray | None, CamResult]:
+        """:meth:`combine` inside the engine's compiled function: ``(map before ReLU, result)``.
+
+        When the layer's output lies on the input as it is (``(N, h, w, C)`` on an image,
+        ``(N, t, C)`` on a sequence), only the map leaves the compiled function. Otherwise
+        (tokens to place on a grid, a structured output, a rank that fits no layout) it hands
+        back the activations and gradients, and the map is ``None``: the caller weighs them
+        on the placed arrays (the result is then :meth:`spatial_data`'s).
+        """
+        index = self.chosen_input(inputs)
+        extent = spatial.input_extent(inputs.arrays[index])
+        rank = len(extent) + 2  # (N, h, w, C) on an image, (N, t, C) on a sequence
+
+        def reduce(acts: list[Any], grads: list[Any]) -> dict[str, Any]:
+            a, g = acts[0], grads[0]
+            if keras.tree.is_nested(a) or len(a.shape) != rank:
+                return {"acts": a, "grads": g}
+            return {"map": self.combine(a, g)}
+
+        raw = self.engine.gradients(
+            inputs, targets, layers=[layer], wrt_inputs=False, batch_size=self.batch_size, progress=self.progress,
+            reduce=reduce, reduce_key=("cam", type(self), rank, self.weighting_key()),
+        )
+        values = {f.name: getattr(raw, f.name) for f in fields(GradientResult)}
+        if "map" in raw.reduced:
+            kind = "image" if len(extent) == 2 else "sequence"
+            layout = spatial.Layout(kind, index, extent)
+            return np.asarray(raw.reduced["map"], np.float32), CamResult(**values, layout=layout)
+        values.update(activations=[raw.reduced["acts"]], layer_grads=[raw.reduced["grads"]], reduced=None)
+        return None, self._placed(inputs, layer, values)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         # `batch_size` samples at a time: the layer's activations and gradients (far larger than

@@ -80,7 +80,7 @@ class PerturbationCAM(CAM):
         """
         weights, variant_scores = self.variant_weights(inputs, targets, result, layer, activations)
         extras = {"channel_weights": weights.astype(np.float32), "variant_scores": variant_scores.astype(np.float32)}
-        return weighted_sum(activations, weights), extras
+        return np.asarray(weighted_sum(activations, weights), np.float32), extras
 
     def score_variants(
         self,

@@ -5,7 +5,10 @@ gradients of the target score (a logit by default) w.r.t. ``A``, sums over
 ``ij`` run over the spatial positions. The map is ``ReLU(...)``, upsampled
 bilinearly to the input unless ``upsample=False``; no min-max normalisation
 (that is display, see :mod:`kerascope.viz`). The formulas are those of
-pytorch-grad-cam (``pytorch_grad_cam/*.py``), which follow the papers.
+pytorch-grad-cam (``pytorch_grad_cam/*.py``), which follow the papers. They are
+written with ``keras.ops`` and run in float32 inside the engine's compiled
+function (see :class:`~kerascope.methods.cam.CAM`), as pytorch-grad-cam computes
+them in float32 numpy.
 """
 
 from __future__ import annotations
@@ -13,13 +16,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+from keras import ops
 
-from kerascope.methods.cam import CAM
+from kerascope.methods.cam import CAM, spatial_axes
 from kerascope.methods.registry import register
-
-
-def _spatial_axes(array: np.ndarray) -> tuple[int, ...]:
-    return tuple(range(1, array.ndim - 1))
 
 
 @register
@@ -46,21 +46,21 @@ class GradCAMPlusPlus(CAM):
     aliases = ("gradcam++", "gradcampp", "grad_cam_plus_plus")
     eps: ClassVar[float] = 1e-6
 
-    def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+    def channel_weights(self, activations: Any, gradients: Any) -> Any:
         """``sum_ij(alpha * ReLU(g))`` with the closed-form alpha, ``(N, C)``.
 
         Example:
             >>> import numpy as np
             >>> w = GradCAMPlusPlus.channel_weights(GradCAMPlusPlus, np.ones((1, 2, 2, 1)), np.ones((1, 2, 2, 1)))
-            >>> round(float(w[0, 0]), 4)  # 4 positions x alpha = 1 / (2 + 4)
+            >>> round(float(np.asarray(w)[0, 0]), 4)  # 4 positions x alpha = 1 / (2 + 4)
             0.6667
         """
-        axes = _spatial_axes(gradients)
-        g2 = gradients.astype(np.float64) ** 2
+        axes = spatial_axes(gradients)
+        g2 = ops.square(gradients)
         g3 = g2 * gradients
-        sums = activations.astype(np.float64).sum(axis=axes, keepdims=True)
-        alpha = np.where(gradients != 0, g2 / (2.0 * g2 + sums * g3 + self.eps), 0.0)
-        return (alpha * np.maximum(gradients, 0.0)).sum(axis=axes).astype(np.float32)
+        sums = ops.sum(activations, axis=axes, keepdims=True)
+        alpha = ops.where(ops.not_equal(gradients, 0), g2 / (2.0 * g2 + sums * g3 + self.eps), 0.0)
+        return ops.sum(alpha * ops.relu(gradients), axis=axes)
 
 
 @register
@@ -84,18 +84,17 @@ class XGradCAM(CAM):
     aliases = ("xgrad_cam",)
     eps: ClassVar[float] = 1e-7
 
-    def channel_weights(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+    def channel_weights(self, activations: Any, gradients: Any) -> Any:
         """``sum_ij(g * A) / (sum_ij(A) + eps)``, ``(N, C)``.
 
         Example:
             >>> import numpy as np
             >>> w = XGradCAM.channel_weights(XGradCAM, np.ones((1, 2, 2, 1)), np.full((1, 2, 2, 1), 3.0))
-            >>> round(float(w[0, 0]), 4)
+            >>> round(float(np.asarray(w)[0, 0]), 4)
             3.0
         """
-        axes = _spatial_axes(gradients)
-        num = (gradients.astype(np.float64) * activations).sum(axis=axes)
-        return (num / (activations.astype(np.float64).sum(axis=axes) + self.eps)).astype(np.float32)
+        axes = spatial_axes(gradients)
+        return ops.sum(gradients * activations, axis=axes) / (ops.sum(activations, axis=axes) + self.eps)
 
 
 @register
@@ -117,15 +116,15 @@ class LayerCAM(CAM):
     description = "Activations weighted element-wise by positive gradients (Jiang et al. 2021)."
     aliases = ("layer_cam",)
 
-    def combine(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+    def combine(self, activations: Any, gradients: Any) -> Any:
         """``sum_c ReLU(g) * A``, ``(N, *spatial)``.
 
         Example:
             >>> import numpy as np
-            >>> LayerCAM.combine(LayerCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]])).tolist()
+            >>> np.asarray(LayerCAM.combine(LayerCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]]))).tolist()
             [[[2.0]]]
         """
-        return np.sum(np.maximum(gradients, 0.0) * activations, axis=-1)
+        return ops.sum(ops.relu(gradients) * activations, axis=-1)
 
 
 @register
@@ -148,15 +147,15 @@ class HiResCAM(CAM):
     description = "Element-wise gradient x activation summed over channels (Draelos & Carin 2020)."
     aliases = ("hires_cam",)
 
-    def combine(self, activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
+    def combine(self, activations: Any, gradients: Any) -> Any:
         """``sum_c g * A``, ``(N, *spatial)``.
 
         Example:
             >>> import numpy as np
-            >>> HiResCAM.combine(HiResCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]])).tolist()
+            >>> np.asarray(HiResCAM.combine(HiResCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]]))).tolist()
             [[[1.0]]]
         """
-        return np.sum(gradients * activations, axis=-1)
+        return ops.sum(gradients * activations, axis=-1)
 
 
 def principal_projection(activations: np.ndarray) -> np.ndarray:
@@ -217,6 +216,7 @@ class EigenCAM(CAM):
     name = "eigencam"
     description = "First principal component of the feature maps, class-agnostic (Muhammad & Yeasin 2020)."
     aliases = ("eigen_cam",)
+    on_device = False  # a batched SVD in numpy (float64) on the host
 
     def combine(self, activations: np.ndarray, gradients: Any) -> np.ndarray:
         """Signed projection on the first principal component, ``(N, *spatial)``.

@@ -11,6 +11,8 @@ estimate the map's sampling error from the spread of the pair means
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -242,3 +244,74 @@ def warn_not_converged(method: str, tolerance: float, cap_name: str, cap: int, e
         RuntimeWarning,
         stacklevel=stacklevel,
     )
+
+
+@dataclass
+class PairRun:
+    """What :func:`run_pairs` returns: per-sample values ``(N, width)``, estimated errors ``(N,)``, samples used ``(N,)``.
+
+    Example:
+        >>> PairRun(np.zeros((1, 2)), np.zeros(1), np.full(1, 4)).samples.tolist()
+        [4]
+    """
+
+    value: np.ndarray
+    error: np.ndarray
+    samples: np.ndarray
+
+
+def pair_chunk_rows(batch_size: int) -> int:
+    """Rows per chunk of antithetic pairs: ``batch_size`` rounded down to an even count (at least 2).
+
+    Example:
+        >>> pair_chunk_rows(7), pair_chunk_rows(1)
+        (6, 2)
+    """
+    return max(2, batch_size - batch_size % 2)
+
+
+def run_pairs(
+    n: int,
+    width: int,
+    statistic: str,
+    chunks: Callable[[np.ndarray, int, int], Iterable[tuple[np.ndarray, np.ndarray]]],
+    *,
+    samples: int,
+    max_samples: int,
+    tolerance: float,
+    method: str,
+) -> PairRun:
+    """The antithetic convergence loop of the noise wrappers and Expected Gradients.
+
+    Rounds of pairs: every still-active sample gets pairs ``done .. target - 1`` (first
+    ``samples // 2`` pairs, then :func:`next_pairs`), its noise fraction is re-estimated
+    (:class:`PairMoments`), and samples at ``<= tolerance`` leave; at ``max_samples // 2``
+    pairs the loop stops and warns for those left. ``chunks(active, done, rows)`` runs
+    ``rows = 2 * len(active) * (target - done)`` rows (row ``r`` as :func:`pair_rows` places
+    it) and yields ``(owners, flat)`` per chunk: the rows' samples and their ``(rows, width)``
+    values.
+
+    Example:
+        >>> def chunks(active, done, rows):  # the value is +-1 around 2: pairs average to exactly 2
+        ...     owners, _, signs = pair_rows(np.arange(rows), active, done)
+        ...     yield owners, (2.0 + signs)[:, None]
+        >>> run = run_pairs(2, 1, "mean", chunks, samples=8, max_samples=64, tolerance=0.1, method="M")
+        >>> run.value.tolist(), run.samples.tolist()
+        ([[2.0], [2.0]], [8, 8])
+    """
+    moments = PairMoments((n, width), statistic)
+    active, done, cap = np.arange(n), 0, max_samples // 2
+    target = max(2, samples // 2)
+    error = np.full(n, np.inf)
+    while len(active):
+        for owners, flat in chunks(active, done, 2 * len(active) * (target - done)):
+            moments.add(owners[0::2], *pair_moments(flat, statistic))
+        done = target
+        error[active] = moments.noise_fraction()[active]
+        active = active[error[active] > tolerance]
+        if done >= cap:
+            break
+        target = next_pairs(done, cap)
+    if len(active):
+        warn_not_converged(method, tolerance, "max_samples", max_samples, error, "noise fraction", stacklevel=6)
+    return PairRun(moments.value(), error, 2 * moments.count)

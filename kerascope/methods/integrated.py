@@ -9,7 +9,7 @@ rows at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
@@ -21,15 +21,14 @@ from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer
 from kerascope.methods._convergence import (
     NESTED_RULES,
-    PairMoments,
     check_tolerance,
     estimate,
     grid_points,
     level_nodes,
-    next_pairs,
-    pair_moments,
+    pair_chunk_rows,
     pair_rows,
     relative_change,
+    run_pairs,
     warn_not_converged,
 )
 from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
@@ -712,38 +711,26 @@ class ExpectedGradients(PathMethod):
         # the seed and its index (never on the chunking); the baseline is background[floor(u * count)]
         draws = Stream(self.seed, lambda rng, k: rng.uniform(0.0, 1.0, size=(k, 2)))
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-        moments = PairMoments((n, int(offsets[-1])), "mean")
-        rows_per_chunk = max(2, self.batch_size - self.batch_size % 2)
-        active, done, cap = np.arange(n), 0, self.max_samples // 2
-        target = max(2, self.samples // 2)
-        error = np.full(n, np.inf)
-        while len(active):
-            def path_rows(rows: np.ndarray, active: np.ndarray = active, done: int = done) -> Any:
+
+        def chunks(active: np.ndarray, done: int, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            def path_rows(rows: np.ndarray) -> Any:
                 owners, pairs, signs = pair_rows(rows, active, done)
                 drawn = draws.take(int(pairs[0]), int(pairs[-1]) + 1)[pairs - pairs[0]]
                 alphas = np.where(signs > 0, drawn[:, 1], 1.0 - drawn[:, 1])
                 choice = np.minimum((drawn[:, 0] * count).astype(np.int64), count - 1)
                 return owners, None, [b[choice] for b in background], alphas
 
-            for rows, owners, _, products, _ in self._path_chunks(
-                inputs, targets, resolved, 2 * len(active) * (target - done), path_rows, values, rows_per_chunk
+            for chunk, owners, _, products, _ in self._path_chunks(
+                inputs, targets, resolved, rows, path_rows, values, pair_chunk_rows(self.batch_size)
             ):
-                flat = np.concatenate([p.reshape(len(rows), -1) for p in products], axis=1)
-                moments.add(owners[0::2], *pair_moments(flat, "mean"))
-            done = target
-            error[active] = moments.noise_fraction()[active]
-            active = active[error[active] > self.tolerance]
-            if done >= cap:
-                break
-            target = next_pairs(done, cap)
-        if len(active):
-            warn_not_converged(type(self).__name__, self.tolerance, "max_samples", self.max_samples, error,
-                               "noise fraction")
-        value = moments.value()
+                yield owners, np.concatenate([p.reshape(len(chunk), -1) for p in products], axis=1)
+
+        run = run_pairs(n, int(offsets[-1]), "mean", chunks, samples=self.samples, max_samples=self.max_samples,
+                        tolerance=self.tolerance, method=type(self).__name__)
         attributions = [
-            value[:, offsets[k]: offsets[k + 1]].reshape(a.shape).astype(np.float32) for k, a in enumerate(ends)
+            run.value[:, offsets[k]: offsets[k + 1]].reshape(a.shape).astype(np.float32) for k, a in enumerate(ends)
         ]
-        extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
+        extras = {"samples": run.samples, "estimated_error": run.error.astype(np.float32)}
         if values is not None:
             return self._layer_result(inputs, attributions[0], scores, resolved, **extras)
         return self._input_result(inputs, self.attributed_inputs(inputs), attributions, scores, resolved, **extras)

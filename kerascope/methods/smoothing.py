@@ -16,6 +16,7 @@ time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -24,14 +25,7 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer, registry
-from kerascope.methods._convergence import (
-    PairMoments,
-    check_tolerance,
-    next_pairs,
-    pair_moments,
-    pair_rows,
-    warn_not_converged,
-)
+from kerascope.methods._convergence import check_tolerance, pair_chunk_rows, pair_rows, run_pairs
 from kerascope.methods._folding import Stream, as_list, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method, check_number, check_seed
 from kerascope.methods.registry import register
@@ -288,13 +282,9 @@ class NoiseWrapper(Method):
             self.seed, lambda rng, count: rng.standard_normal((count, int(offsets[-1])), dtype=np.float32)
         )
         spans = np.cumsum([0, *(int(np.prod(ends[k].shape[1:])) for k in wrt)])
-        moments = PairMoments((n, int(spans[-1])), self.statistic)
-        rows_per_chunk = max(2, self.batch_size - self.batch_size % 2)
-        active, done, cap = np.arange(n), 0, self.max_samples // 2
-        target = max(2, self.samples // 2)
-        error = np.full(n, np.inf)
-        while len(active):
-            for rows in chunk_ranges(2 * len(active) * (target - done), rows_per_chunk):
+
+        def chunks(active: np.ndarray, done: int, count: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for rows in chunk_ranges(count, pair_chunk_rows(self.batch_size)):
                 owners, pairs, signs = pair_rows(rows, active, done)
                 z = stream.take(int(pairs[0]), int(pairs[-1]) + 1)[pairs - pairs[0]]
                 noisy = []
@@ -310,22 +300,14 @@ class NoiseWrapper(Method):
                     explained = self._base._explain_at(_layer.rows(inputs, owners), noisy[0], chunk_targets)
                 else:
                     explained = self._base._explain(Inputs(inputs.model_arg(noisy)), chunk_targets)
-                flat = np.concatenate([a.reshape(len(rows), -1) for a in as_list(explained.attributions)], axis=1)
-                moments.add(owners[0::2], *pair_moments(flat, self.statistic))
-            done = target
-            error[active] = moments.noise_fraction()[active]
-            active = active[error[active] > self.tolerance]
-            if done >= cap:
-                break
-            target = next_pairs(done, cap)
-        if len(active):
-            warn_not_converged(type(self).__name__, self.tolerance, "max_samples", self.max_samples, error,
-                               "noise fraction")
-        value = moments.value()
+                yield owners, np.concatenate([a.reshape(len(rows), -1) for a in as_list(explained.attributions)], axis=1)
+
+        run = run_pairs(n, int(spans[-1]), self.statistic, chunks, samples=self.samples,
+                        max_samples=self.max_samples, tolerance=self.tolerance, method=type(self).__name__)
         attributions = [
-            value[:, spans[j]: spans[j + 1]].reshape(ends[k].shape).astype(np.float32) for j, k in enumerate(wrt)
+            run.value[:, spans[j]: spans[j + 1]].reshape(ends[k].shape).astype(np.float32) for j, k in enumerate(wrt)
         ]
-        extras = {"samples": 2 * moments.count, "estimated_error": error.astype(np.float32)}
+        extras = {"samples": run.samples, "estimated_error": run.error.astype(np.float32)}
         if self._layer is not None:
             return Explanation(
                 attributions=attributions[0], method=self.name, params=self.params(), targets=resolved,

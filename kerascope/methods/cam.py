@@ -47,9 +47,10 @@ def weighted_sum(activations: Any, weights: Any) -> Any:
         >>> np.asarray(weighted_sum(np.ones((1, 2, 2, 3)), np.array([[1.0, 2.0, 3.0]]))).tolist()
         [[[6.0, 6.0], [6.0, 6.0]]]
     """
+    activations = ops.convert_to_tensor(activations)
     rank = len(activations.shape)
-    weights = ops.reshape(weights, (-1,) + (1,) * (rank - 2) + (weights.shape[-1],))
-    return ops.sum(activations * ops.cast(weights, activations.dtype), axis=-1)
+    weights = ops.reshape(ops.cast(weights, activations.dtype), (-1,) + (1,) * (rank - 2) + (weights.shape[-1],))
+    return ops.sum(ops.multiply(activations, weights), axis=-1)
 
 
 def spatial_axes(array: Any) -> tuple[int, ...]:
@@ -296,7 +297,9 @@ class CAM(Method):
             >>> cam.weigh(x, 0, layer, result, a)[0].shape
             (1, 2, 2)
         """
-        return np.asarray(self.combine(activations, np.asarray(result.layer_grads[0], np.float32)), np.float32), {}
+        # the same keras.ops weighting as inside the compiled function, eagerly, on backend tensors
+        gradients = ops.convert_to_tensor(np.asarray(result.layer_grads[0], np.float32))
+        return np.asarray(self.combine(ops.convert_to_tensor(activations), gradients), np.float32), {}
 
     # --- shared routine -----------------------------------------------------
     def layer_data(self, inputs: Inputs, targets: Any, layer: keras.Layer) -> Any:

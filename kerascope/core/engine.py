@@ -467,9 +467,12 @@ class Engine:
         key = ("model_accepts", inputs.signature)
 
         def call() -> bool:
+            # the output space's softmax detection rides on this pass (one eager pass fewer on the first call)
+            candidates = [] if self.space.detected else softmax_candidates(self.model)
             try:
                 with contextlib.ExitStack() as stack:
-                    self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                    rec = stack.enter_context(probe(candidates))
+                    explained = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
             except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
                 raise
             except Exception as error:
@@ -480,6 +483,8 @@ class Engine:
                     f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
                     f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
                 ) from error
+            if not self.space.detected:
+                self._settle_softmax(candidates, rec.outputs, explained)
             return True
 
         self.memo(key, call)
@@ -493,8 +498,12 @@ class Engine:
         with contextlib.ExitStack() as stack:
             rec = stack.enter_context(probe(candidates))
             explained = self.call_model(inputs.model_arg(first), stack)
+        self._settle_softmax(candidates, rec.outputs, explained)
+
+    def _settle_softmax(self, candidates: Sequence[keras.Layer], recorded: dict[int, list[Any]], explained: Any) -> None:
+        """Let the output space decide from one probed pass: which softmax is bypassed, probabilities out or not."""
         # output_layer: its output is explained as it is, nothing bypassed
-        found = [] if self.output_layer is not None else softmax_outputs(candidates, rec.outputs, explained)
+        found = [] if self.output_layer is not None else softmax_outputs(candidates, recorded, explained)
         try:  # several outputs and no output_index: only a callable target can say which one
             chosen = keras.ops.convert_to_numpy(self.select(explained))
         except ValueError:

@@ -42,32 +42,20 @@ def _traced_once(function: Any) -> Any:
 
 
 def _function(fn: Callable[..., Any], signature: Any, jit_compile: bool) -> Callable[..., Any]:
-    """``tf.function`` of ``fn`` traced without AutoGraph, with AutoGraph only if the trace needs it.
+    """``tf.function`` of ``fn`` with a full input signature, traced without AutoGraph.
 
     kerascope's traced code has no tensor-dependent Python control flow, so AutoGraph's
-    source-to-source conversion of it (about two thirds of the first call's tracing time on
-    MobileNetV2: every kerascope function on the path is parsed and rewritten) buys nothing.
-    A model whose own Python ``call`` branches on a tensor (``OperatorNotAllowedInGraphError``
-    while tracing) gets the AutoGraph-converted function instead, once.
+    source-to-source rewrite of it (about two thirds of the first call's tracing time on
+    MobileNetV2: every kerascope function on the traced path was parsed and rewritten) buys
+    nothing. Nor did it ever convert a model's own ``call``: Keras layers are called unconverted,
+    so a model that branches in Python on a tensor value fails to trace either way.
 
     Example:
         >>> f = _function(lambda x: x * 2, [tf.TensorSpec((None,), tf.float32)], False)
         >>> f(tf.constant([1.0])).numpy().tolist()
         [2.0]
     """
-    plain = _traced_once(tf.function(fn, input_signature=signature, jit_compile=jit_compile, autograph=False))
-    chosen = [plain]
-
-    def call(*args: Any) -> Any:
-        try:
-            return chosen[0](*args)
-        except tf.errors.OperatorNotAllowedInGraphError:
-            if chosen[0] is not plain:
-                raise
-            chosen[0] = _traced_once(tf.function(fn, input_signature=signature, jit_compile=jit_compile))
-            return chosen[0](*args)
-
-    return call
+    return _traced_once(tf.function(fn, input_signature=signature, jit_compile=jit_compile, autograph=False))
 
 
 def _call(compiled: Callable[..., Any], *args: Any) -> Any:

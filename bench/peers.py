@@ -252,7 +252,8 @@ def worker(args: argparse.Namespace) -> None:
           f"steps={args.steps} masks={args.masks} window={args.window} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
     for library, text in status.items():
         print(f"  {library}: {text}")
-    print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}{'/ floor':>9}  note")
+    print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}{'/ floor':>9}  rounds min-max s; "
+          "per-round peer/kerascope min-max")
     for method in args.methods:
         runners = {lib: c[method] for lib, c in calls.items() if method in c}
         errors: dict[str, str] = {}
@@ -270,7 +271,11 @@ def worker(args: argparse.Namespace) -> None:
         for lib, median in medians.items():
             speedup = "" if lib in ("kerascope", "floor") or ours is None else f"{median / ours:9.2f}x"
             to_floor = "" if floor is None else f"{median / floor:8.2f}x"
-            print(f"{method:<22}{lib:<14}{median:10.3f}{speedup:>10}{to_floor:>9}")
+            spread = f"  {min(times[lib]):.3f}-{max(times[lib]):.3f}"
+            if lib != "kerascope" and "kerascope" in times:  # same round: both saw the same load
+                ratios = [a / b for a, b in zip(times[lib], times["kerascope"], strict=True)]
+                spread += f"; {min(ratios):.2f}-{max(ratios):.2f}"
+            print(f"{method:<22}{lib:<14}{median:10.3f}{speedup:>10}{to_floor:>9}{spread}")
         for lib, text in errors.items():
             print(f"{method:<22}{lib:<14}{'FAILED':>10}            {text}")
         for lib in LIBRARIES:

@@ -102,7 +102,7 @@ def _twice(x: Any) -> Any:
 
 def _safe_divide(numerator: Any, delta_in: Any, fallback: Any, eps: float = EPS) -> Any:
     small = keras.ops.abs(delta_in) < eps
-    ratio = numerator / keras.ops.where(small, keras.ops.ones_like(delta_in), delta_in)
+    ratio = numerator / keras.ops.where(small, 1.0, delta_in)
     return keras.ops.where(small, fallback, ratio)
 
 
@@ -129,8 +129,8 @@ def rescale_backward(
         xa, xb = _halves(x)
         ya, yb = _halves(y)
         return [_safe_divide(dy * _twice(ya - yb), _twice(xa - xb), fallback)]
-    multiplied = _safe_divide(dy[:-1] * (y[:-1] - y[-1:]), x[:-1] - x[-1:], fallback[:-1])
-    return [keras.ops.concatenate([multiplied, fallback[-1:]], axis=0)]
+    # on the whole batch: the reference row's own difference is 0, so it keeps its ordinary gradient
+    return [_safe_divide(dy * (y - y[-1:]), x - x[-1:], fallback)]
 
 
 def maxpool_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:

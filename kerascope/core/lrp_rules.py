@@ -34,8 +34,7 @@ def stabilize(z: Any, epsilon: float) -> Any:
         [-2.5, 0.5, 3.5]
     """
     z = keras.ops.convert_to_tensor(z)
-    sign = keras.ops.cast(keras.ops.equal(z, 0.0), z.dtype) + keras.ops.sign(z)
-    return z + sign * epsilon
+    return keras.ops.where(z >= 0.0, z + epsilon, z - epsilon)
 
 
 def _pos(v: Any) -> Any:

@@ -166,9 +166,11 @@ def classify(model: keras.Layer, bypassed: list[str]) -> Sites:
 
 
 # ------------------------------------------------------------------------------------------- the graph trick
-def _modified_input(x: Any, mode: str, low: Any = None, high: Any = None) -> Any:
-    """``m(x)`` as a value whose gradient is multiplied by ``m(x)`` (``d/dx`` is ``diag(m(x))``)."""
-    if mode == "x":
+def _modified_input(x: Any, mode: str, low: Any = None, high: Any = None, nonneg: bool = False) -> Any:
+    """``m(x)`` as a value whose gradient is multiplied by ``m(x)`` (``d/dx`` is ``diag(m(x))``).
+
+    ``nonneg``: ``x >= 0`` is known (the output of a ReLU), so ``max(x, 0)`` is ``x``."""
+    if mode == "x" or (mode == "pos" and nonneg):
         value = x
     elif mode == "pos":
         value = keras.ops.maximum(x, 0.0)
@@ -269,21 +271,46 @@ def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any,
     return kernel * kernel_scale, fused_bias
 
 
+#: Activations whose outputs are never negative (the next layer's ``min(x, 0)`` terms vanish).
+NONNEGATIVE_ACTIVATIONS = frozenset({"relu", "relu6", "sigmoid", "softplus", "hard_sigmoid"})
+
+
 class _Apply:
     """Evaluates a rule's terms on one call of a Dense / Conv layer."""
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
 
-    def __call__(self, layer: keras.Layer, x: Any, y: Any, kernel: Any, bias: Any) -> Any:
+    def __call__(self, layer: keras.Layer, x: Any, kernel: Any, bias: Any, y: Any = None, nonneg: bool = False,
+                 activation: Callable[[Any], Any] | None = None) -> Any:
+        """``activation(y)`` (``y``: the layer's linear output, computed when ``None``) carrying the rule.
+
+        With ``nonneg`` (``x >= 0``) the terms on ``min(x, 0)`` are skipped: their value and
+        relevance are exactly zero. A first term on ``x`` with the layer's own parameters (the ε
+        and zᴮ rules) is also the layer's output: one evaluation, not two."""
         f = affine_function(layer)
         low = high = None
         if isinstance(self.rule, ZBox):
             low, high = np.asarray(self.rule.low, "float32"), np.asarray(self.rule.high, "float32")
         terms = self.rule.terms(kernel, bias)
-        outputs = [f(_modified_input(x, mode, low, high), k, b) for mode, k, b, _ in terms]
-        scales = self.rule.scales([sg(z) for z in outputs], sg(y))
-        return relevance_output(y, [(z, c) for z, (_, _, _, c) in zip(outputs, terms, strict=True)], scales)
+        live = [not (nonneg and mode == "neg") for mode, _, _, _ in terms]
+        outputs = [f(_modified_input(x, mode, low, high, nonneg), k, b) if on else None
+                   for (mode, k, b, _), on in zip(terms, live, strict=True)]
+        if y is None:
+            mode, k, b, c = terms[0]
+            own = mode == "x" and k is kernel and b is bias and c == 1.0
+            y = outputs[0] if own else f(x, kernel, bias)
+        y = sg(y)
+        scales = self.rule.scales([0.0 if z is None else sg(z) for z in outputs], y)
+        carried = None
+        for z, (_, _, _, c), scale in zip(outputs, terms, scales, strict=True):
+            if z is None:
+                continue
+            term = (z - sg(z)) * sg(scale)
+            term = term if c == 1.0 else c * term
+            carried = term if carried is None else carried + term
+        value = y if activation is None else sg(activation(y))
+        return value + carried
 
 
 def _first(inputs: Any) -> Any:
@@ -311,8 +338,18 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
         False
     """
     sites = classify(model, [])  # callers refuse models with problems before installing
-    recorded: dict[int, tuple[Any, keras.Layer, Any]] = {}  # id(linear output) -> (output, layer, input)
+    recorded: dict[int, tuple[Any, ...]] = {}  # id(linear output) -> (output, layer, input, rule, x >= 0)
+    nonneg: dict[int, Any] = {}  # id -> tensor known to be >= 0 (kept alive so its id stays unique)
     keep: list[Any] = []  # keeps recorded tensors alive so their ids stay unique
+
+    def known(t: Any) -> bool:
+        return nonneg.get(id(t)) is t
+
+    def mark(t: Any, positive: bool) -> Any:
+        if positive:
+            nonneg[id(t)] = t
+        return t
+
     count = 0
     with contextlib.ExitStack() as stack:
         for path, layer in sites.affine:
@@ -324,14 +361,15 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                             **kwargs: Any) -> Any:
                 kernel, bias = _params(__layer)
                 x = keras.ops.convert_to_tensor(inputs)
-                y = affine_function(__layer)(x, kernel, bias)
-                out = __apply(__layer, x, y, kernel, bias)
                 activation = getattr(__layer, "activation", None)
-                if activation is None or getattr(activation, "__name__", "") == "linear":
-                    recorded[id(out)] = (out, __layer, x, __apply)
+                name = getattr(activation, "__name__", "linear")
+                if activation is None or name == "linear":
+                    out = __apply(__layer, x, kernel, bias, nonneg=known(inputs) or known(x))
+                    recorded[id(out)] = (out, __layer, x, __apply, known(inputs) or known(x))
                     keep.append(out)
                     return out
-                return passed(out, activation)
+                out = __apply(__layer, x, kernel, bias, nonneg=known(inputs) or known(x), activation=activation)
+                return mark(out, name in NONNEGATIVE_ACTIVATIONS)
 
             stack.enter_context(patched_attribute(layer, "call", affine_call))
             count += 1
@@ -345,39 +383,75 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                 fused = None if entry is None or entry[0] is not inputs else _fused_params(entry[1], __layer, len(inputs.shape))
                 if fused is None:
                     return passed(inputs, lambda _: y)  # zennit: Pass
-                _, affine, x, apply = entry
-                return apply(affine, x, y, *fused)
+                _, affine, x, apply, positive = entry
+                return apply(affine, x, *fused, y=y, nonneg=positive)
 
             stack.enter_context(patched_attribute(layer, "call", bn_call))
             count += 1
         for _, obj in sites.norm:
             original = obj.call
+            keeps_sign = not isinstance(obj, _types(("Subtract", "Rescaling", "Normalization")))
 
-            def norm_call(*args: Any, __f: Callable = original, **kwargs: Any) -> Any:
-                y = __f(*args, **kwargs)
+            def norm_call(*args: Any, __f: Callable = original, __keeps: bool = keeps_sign, **kwargs: Any) -> Any:
                 tensors = [t for t in keras.tree.flatten(args) if _is_tensor(t)]
                 ids = {id(t) for t in tensors}
                 modified = keras.tree.map_structure(
                     lambda t: _modified_input(t, "x") if id(t) in ids else t, list(args))
-                z = __f(*modified, **kwargs)
-                return relevance_output(y, [(z, 1.0)], [1.0 / stabilize(sg(y), stabilizer)])
+                z = __f(*modified, **kwargs)  # its value is the layer's output
+                out = relevance_output(sg(z), [(z, 1.0)], [1.0 / stabilize(sg(z), stabilizer)])
+                return mark(out, __keeps and bool(tensors) and all(known(t) for t in tensors))
 
             stack.enter_context(patched_attribute(obj, "call", norm_call))
             count += 1
         for _, obj in sites.activation:
             original = obj.call
+            positive = _nonnegative_layer(obj)
 
-            def act_call(inputs: Any, *args: Any, __f: Callable = original, **kwargs: Any) -> Any:
+            def act_call(inputs: Any, *args: Any, __f: Callable = original, __positive: bool = positive,
+                         **kwargs: Any) -> Any:
                 y = __f(inputs, *args, **kwargs)
-                return passed(_first(inputs), lambda _: y)
+                return mark(passed(_first(inputs), lambda _: y), __positive)
 
             stack.enter_context(patched_attribute(obj, "call", act_call))
             count += 1
+        for obj in _sign_keeping_layers(model):  # max pooling, reshapes, padding: x >= 0 stays known
+            original = obj.call
+
+            def keep_call(inputs: Any, *args: Any, __f: Callable = original, **kwargs: Any) -> Any:
+                out = __f(inputs, *args, **kwargs)
+                tensors = [t for t in keras.tree.flatten(inputs) if _is_tensor(t)]
+                return mark(out, bool(tensors) and all(known(t) for t in tensors))
+
+            stack.enter_context(patched_attribute(obj, "call", keep_call))
         try:
             yield count
         finally:
             recorded.clear()
+            nonneg.clear()
             keep.clear()
+
+
+#: Layers whose output is >= 0 wherever their input is (their gradient is their LRP rule).
+SIGN_KEEPING_LAYERS = (
+    "Flatten", "Reshape", "Permute", "RepeatVector", "Concatenate", "Dropout", "SpatialDropout1D",
+    "SpatialDropout2D", "SpatialDropout3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D", "Cropping1D",
+    "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D", "UpSampling3D", "Identity", "MaxPooling1D",
+    "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
+)
+
+
+def _sign_keeping_layers(model: keras.Layer) -> list[keras.Layer]:
+    kinds = _types(SIGN_KEEPING_LAYERS)
+    return [layer for _, layer in iter_layers(model) if type(layer) in kinds]
+
+
+def _nonnegative_layer(obj: Any) -> bool:
+    """Whether an activation layer's output is never negative (ReLU without a negative slope, ...)."""
+    if isinstance(obj, keras.layers.ReLU):
+        return not float(obj.negative_slope) and float(obj.threshold) >= 0
+    if isinstance(obj, keras.layers.Activation):
+        return getattr(obj.activation, "__name__", "") in NONNEGATIVE_ACTIVATIONS
+    return type(obj).__name__ in ("Relu", "Relu6", "Sigmoid", "Softplus", "HardSigmoid")
 
 
 def _is_tensor(t: Any) -> bool:

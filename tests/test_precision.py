@@ -204,3 +204,20 @@ def test_cli_precision_flag_matches_python_api(tmp_path, capsys):
         main(["explain", str(demo_model_path()), str(demo_images()[0]), "--precision", "half",
               "--out", str(tmp_path / "o")])
     assert "invalid choice: 'half'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CLI is backend-independent; its pass is tested above")
+def test_cli_batch_precision_flag_is_part_of_the_run(tmp_path):
+    from kerascope.cli import main
+
+    model = keras.Sequential([keras.Input((12, 12, 3)),
+                              keras.layers.Conv2D(4, 3, activation="tanh", name="conv", kernel_initializer=_init(5)),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, kernel_initializer=_init(6))])
+    model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(4).random((3, 12, 12, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    assert main(["batch", str(tmp_path / "m.keras"), str(tmp_path / "x.npy"), "--method", "gradcam", "--layer", "conv",
+                 "--target", "1", "--precision", "bfloat16", "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert ks.batch.manifest(tmp_path / "out")["method_params"]["precision"] == "bfloat16"
+    expected = ks.GradCAM(model, layer="conv", precision="bfloat16").explain(x, 1).attributions
+    np.testing.assert_allclose(ks.batch.maps_to_numpy(ks.batch.read(tmp_path / "out")), expected, rtol=1e-5, atol=1e-6)

@@ -12,10 +12,12 @@ from kerascope.cli.common import (
     add_model_flags,
     add_output_flags,
     add_param_flag,
+    add_precision_flag,
     add_target_flag,
     emit,
     examples,
     parse_params,
+    with_precision,
 )
 
 
@@ -47,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--engine", choices=["local", "ray"], default="local")
     p.add_argument("--batch-size", type=int, default=32)
+    add_precision_flag(p)
     p.add_argument("--workers", type=int, default=2, help="Ray actors (each loads the model once)")
     p.add_argument("--address", help="an existing Ray cluster (e.g. auto or ray://head:10001); default: local Ray")
     p.add_argument("--shard-size", type=int, default=512, help="inputs per Parquet shard (unit of resume)")
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"`batch` runs one method per run. Received: --method {','.join(methods)}. "
                          "Run the command once per method, each with its own --out folder.")
     # JSON round trip: parameters are compared with the saved manifest's (JSON) copy on resume
-    params = json.loads(json.dumps(parse_params(args.param)))
+    params = json.loads(json.dumps(with_precision(parse_params(args.param), args.precision)))
     targets: Any = args.target
     if targets is not None and targets.lstrip("-").isdigit():
         targets = int(targets)

@@ -118,6 +118,31 @@ def add_method_flag(parser: argparse.ArgumentParser, help_default: str) -> None:
     )
 
 
+def add_precision_flag(parser: argparse.ArgumentParser) -> None:
+    """``--precision {float32,bfloat16,float16}``: the compute type of the model's passes (``precision=``).
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_precision_flag(p)
+        >>> p.parse_args(["--precision", "bfloat16"]).precision
+        'bfloat16'
+    """
+    parser.add_argument(
+        "--precision", choices=["float32", "bfloat16", "float16"], default=None,
+        help="compute type of the model's passes (default float32); results stay float32. Opt-in: "
+        "docs/performance.md lists, per method, the error against float32 and where it is faster",
+    )
+
+
+def with_precision(params: dict, precision: str | None) -> dict:
+    """``params`` with ``precision`` added when the flag was given.
+
+    Example:
+        >>> with_precision({"samples": 8}, "bfloat16"), with_precision({}, None)
+        ({'samples': 8, 'precision': 'bfloat16'}, {})
+    """
+    return params if precision is None else {**params, "precision": precision}
+
+
 def add_target_flag(parser: argparse.ArgumentParser, kind: type = int, extra: str = "") -> None:
     """``--target`` / ``--targets`` (dest ``target``): the class to explain; default the predicted class.
 

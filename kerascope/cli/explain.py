@@ -10,12 +10,14 @@ from kerascope.cli.common import (
     add_model_flags,
     add_output_flags,
     add_param_flag,
+    add_precision_flag,
     add_target_flag,
     emit,
     examples,
     load_class_names,
     parse_params,
     stderr,
+    with_precision,
 )
 
 
@@ -44,10 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
     add_param_flag(p)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--precision", choices=["float32", "bfloat16", "float16"], default=None,
-                   help="compute type of the model's passes (default float32); bfloat16 is faster on CPUs with "
-                   "bf16 units, float16 on GPUs; results stay float32. Opt-in: see docs/performance.md for the "
-                   "error against float32 per method")
+    add_precision_flag(p)
     p.add_argument("--cmap", default=None,
                    help="matplotlib colormap for overlays (default: RdBu_r centred at 0 for signed methods, magma "
                    "for unsigned ones)")
@@ -91,9 +90,7 @@ def run(args: argparse.Namespace) -> int:
         get(name)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1. Received: --batch-size {args.batch_size}.")
-    params = parse_params(args.param)
-    if args.precision is not None:
-        params["precision"] = args.precision
+    params = with_precision(parse_params(args.param), args.precision)
     class_names = load_class_names(args.labels)
     paths = []
     for item in args.images:

@@ -223,6 +223,17 @@ def test_sequential_and_nested_models_count_calls_the_same_way():
         flat = ks.layer_gradients(inner, [XA, XB], "shared", targets=T, call_index=k)
         nested = ks.layer_gradients(outer, [XA, XB], "siamese/shared", targets=T, call_index=k)
         np.testing.assert_allclose(nested.gradients, flat.gradients, rtol=1e-5, atol=1e-7)
+    # the usual Siamese: one encoder MODEL applied twice, here to pre(b) first; Keras runs a's first
+    encoder = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="conv"),
+                                keras.layers.Flatten()], name="encoder")
+    pre = keras.layers.Conv2D(1, 1, name="pre")
+    eb = encoder(pre(b))
+    ea = encoder(a)
+    twin = randomise(keras.Model([a, b], keras.layers.Dense(2)(keras.layers.Concatenate()([ea, eb]))), 4)
+    conv = encoder.get_layer("conv")
+    for k, expected in enumerate([conv(pre(XB)), conv(XA)]):
+        got = ks.layer_gradients(twin, [XA, XB], "encoder/conv", targets=0, call_index=k).activations
+        np.testing.assert_allclose(got, numpy(expected), rtol=1e-5, atol=1e-6)
 
 
 @tf_only

@@ -13,9 +13,12 @@ How calls are counted:
 * a layer applied at several nodes of a **functional** (or ``Sequential``) model:
   call ``k`` is the ``k``-th time the layer was applied when the model was built
   (``conv(a)`` before ``conv(b)``: ``call_index=0`` is ``a``'s), whatever order
-  Keras runs the nodes in (it runs them by depth);
-* otherwise (**subclassed** ``call()``, a nested model called twice): the order of
-  the calls in the forward pass.
+  Keras runs the nodes in (it runs them by depth). The same holds through nested
+  functional models: a Siamese model applying one ``encoder`` model to ``a`` then
+  to ``b`` has ``encoder/conv`` call 0 on ``a`` (calls sorted by the encoder's
+  application, then by the layer's inside the encoder);
+* otherwise (a **subclassed** ``call()`` on the way): the order of the calls in the
+  forward pass.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 import keras
 import numpy as np
 
-__all__ = ["SharedLayerError", "build_ranks", "check_call_index", "choose_call"]
+__all__ = ["SharedLayerError", "build_ranks", "chain_ranks", "check_call_index", "choose_call"]
 
 
 class SharedLayerError(ValueError):
@@ -91,6 +94,32 @@ def build_ranks(parent: keras.Layer, layer: keras.Layer) -> list[int] | None:
     return [ranks[index] for index in built]
 
 
+def chain_ranks(chain: list[keras.Layer]) -> list[int] | None:
+    """Build ranks of the calls of ``chain[-1]`` in run order, through the models ``chain[:-1]`` (outermost first).
+
+    Each call of the layer is keyed by the build rank of every model on its way (the
+    outer model's application of a nested model first), so a nested model applied to
+    two inputs orders its layer's calls by input. ``None`` when a model on the way has
+    no node graph (subclassed).
+
+    Example:
+        >>> import keras
+        >>> enc = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="enc")
+        >>> a, b = keras.Input((3,)), keras.Input((3,))
+        >>> m = keras.Model([a, b], keras.layers.Add()([enc(a), enc(b)]))
+        >>> sorted(chain_ranks([m, enc, enc.get_layer("d")]))
+        [0, 1]
+    """
+    keys: list[tuple[int, ...]] = [()]
+    for parent, child in zip(chain, chain[1:]):
+        ranks = build_ranks(parent, child)
+        if ranks is None:
+            return None
+        keys = [key + (rank,) for key in keys for rank in ranks]
+    order = {key: rank for rank, key in enumerate(sorted(keys))}
+    return [order[key] for key in keys]
+
+
 def choose_call(
     path: str, calls: int, call_index: int | None, ranks: list[int] | None = None, model: str = "the model"
 ) -> int | None:
@@ -114,7 +143,8 @@ def choose_call(
         return None
     mapped = ranks is not None and len(ranks) == calls
     how = (
-        "call k is the k-th time the layer was applied when the (functional or Sequential) model was built"
+        "call k is the k-th time the layer was applied when the (functional or Sequential) model was built, "
+        "nested models' applications first"
         if mapped else
         "calls are counted in the order the forward pass makes them (for a subclassed model, the order in its `call()`)"
     )

@@ -21,7 +21,7 @@ import numpy as np
 
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
-from kerascope.core.calls import SharedLayerError, build_ranks, check_call_index, choose_call
+from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure
 from kerascope.core.layers import find_layer, iter_layers, path_of
@@ -392,9 +392,15 @@ class Engine:
     def _choose(self, layer: keras.Layer, calls: int) -> int | None:
         """Forward-order position of the ``call_index`` call of ``layer`` seen ``calls`` times (see ``core.calls``)."""
         path = self.path_of(layer)
-        parent = self._layer_index()[0].get(path.rpartition("/")[0], self.model) if "/" in path else self.model
-        ranks = self.memo(("build_ranks", id(layer)), lambda: build_ranks(parent, layer)) if calls > 1 else None
+        ranks = self.memo(("build_ranks", id(layer)), lambda: chain_ranks(self._chain(path))) if calls > 1 else None
         return choose_call(path, calls, self.call_index, ranks, f"model {self.model.name!r}")
+
+    def _chain(self, path: str) -> list[keras.Layer]:
+        """The model, the nested models on ``path`` and the layer (outermost first)."""
+        by_path = self._layer_index()[0]
+        parts = path.split("/")
+        found = [by_path.get("/".join(parts[:i])) for i in range(1, len(parts) + 1)]
+        return [self.model, *found] if all(layer is not None for layer in found) else []
 
     def call_positions(self, inputs: Inputs, layers: Sequence[keras.Layer]) -> tuple[int | None, ...]:
         """Which call of each layer is read (forward order), from one eager probed pass on one sample.

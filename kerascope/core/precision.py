@@ -14,6 +14,10 @@ are left as they are. Normalisation layers compute their statistics in float32 u
 mixed policy (Keras' own rule). ``float16`` has a narrow range (max 65504) and no loss
 scaling here: gradients can underflow to zero or overflow; it is meant for GPUs, where
 it is fast. See docs/performance.md ("Reduced precision") for the measured errors.
+
+Like every interception in :mod:`kerascope.core.probe`, the swap holds for the duration of a
+trace (TensorFlow, JAX) or of each call (PyTorch) on the model's own layers: do not explain one
+model in two threads at once with different precisions.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ Examples:
     python bench/suite.py --models mobilenetv2 --images 8 --methods saliency gradcam guided_backprop
     python bench/suite.py --models resnet50 --images 8 --methods smoothgrad integrated_gradients --samples 16
     python bench/suite.py --models demo --images 8 --memory --methods saliency smoothgrad occlusion scorecam
+    python bench/suite.py --models demo --images 8 --cpu-time --methods saliency lrp deeplift deeplift_shap
+    python bench/suite.py --models resnet50 --size 64 --images 8 --cpu-time --methods saliency lrp deeplift
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,11 +88,11 @@ def peak_kib() -> int:
 
 
 # ----------------------------------------------------------------- models
-def build_model(name: str) -> keras.Model:
+def build_model(name: str, size: int = 224) -> keras.Model:
     if name == "mobilenetv2":
-        return keras.applications.MobileNetV2(weights=None, classifier_activation=None)
+        return keras.applications.MobileNetV2(weights=None, classifier_activation=None, input_shape=(size, size, 3))
     if name == "resnet50":
-        return keras.applications.ResNet50(weights=None, classifier_activation=None)
+        return keras.applications.ResNet50(weights=None, classifier_activation=None, input_shape=(size, size, 3))
     if name == "demo":
         from kerascope.data import demo_model_path
 
@@ -244,7 +247,8 @@ def run_case(case: Case, baselines: Baselines, x: np.ndarray, targets: np.ndarra
     before = reset_peak()
     ours()
     peak = peak_kib()
-    times = rotating_times({"ours": ours, "base": floor}, args.repeats)
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    times = rotating_times({"ours": ours, "base": floor}, args.repeats, clock)
     ratios = [a / b for a, b in zip(times["ours"], times["base"])]
     ours_med, base_med = statistics.median(times["ours"]), statistics.median(times["base"])
     return {
@@ -285,17 +289,25 @@ def main() -> None:
                         help="Score-/Ablation-CAM use the last layer with at most this many channels")
     parser.add_argument("--jit", action="store_true", help="also run everything with jit_compile=True (XLA)")
     parser.add_argument("--memory", action="store_true", help="peak memory for N and 2N images at fixed --chunk")
+    parser.add_argument("--size", type=int, default=224, help="input side of mobilenetv2 / resnet50 (weights=None)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="one TensorFlow compute thread and CPU seconds (time.process_time) instead of wall "
+                             "time: the work done, steady on a loaded shared machine")
     args = parser.parse_args()
+    if args.cpu_time:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
 
     load = os.getloadavg()
     print(f"tf={tf.__version__} keras={keras.__version__} cpus={os.cpu_count()} "
-          f"load_avg={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} chunk={args.chunk} repeats={args.repeats}")
+          f"load_avg={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} chunk={args.chunk} repeats={args.repeats}"
+          f"{' clock=cpu-time, 1 thread' if args.cpu_time else ''}")
     header = (f"{'model':<12}{'imgs':>5} {'method':<20}{'jit':>4} {'ours s':>9} {'base s':>9} "
               f"{'ratio':>6} {'spread':>12} {'peak MiB':>9} {'+MiB':>7}  note")
     print(header)
     memory_rows = []
     for model_name in args.models:
-        model = build_model(model_name)
+        model = build_model(model_name, args.size)
         shape = tuple(model.inputs[0].shape[1:])
         classes = int(model.outputs[0].shape[-1])
         images = args.images or ([1, 8, 64] if model_name == "demo" else [1, 8])

@@ -13,18 +13,22 @@ from collections.abc import Callable
 from typing import Any
 
 
-def rotating_times(runners: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+def rotating_times(
+    runners: dict[str, Callable[[], Any]], rounds: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, list[float]]:
     """Seconds of each runner per round; the order rotates every round (A B, B A for two).
 
     A slow phase of a shared machine then hits every runner alike, and the
-    per-round ratios show how noisy it was.
+    per-round ratios show how noisy it was. ``clock``: wall time by default;
+    ``time.process_time`` counts this process's CPU seconds (with one compute
+    thread, the work done, whatever the other processes' load).
     """
     order = list(runners)
     times: dict[str, list[float]] = {label: [] for label in order}
     for round_ in range(rounds):
         shift = round_ % max(1, len(order))
         for label in order[shift:] + order[:shift]:
-            start = time.perf_counter()
+            start = clock()
             runners[label]()
-            times[label].append(time.perf_counter() - start)
+            times[label].append(clock() - start)
     return times

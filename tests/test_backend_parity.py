@@ -43,7 +43,8 @@ pytestmark = pytest.mark.skipif(len(BACKENDS) < 2, reason=f"needs two Keras back
 
 
 def build_model(seed: int = 0):
-    """A CNN with BatchNorm (non-trainable state), pooling, a ReLU layer and a fused softmax; numpy weights."""
+    """A CNN with BatchNorm (non-trainable state), average and max pooling, a ReLU layer and a fused softmax;
+    numpy weights."""
     import keras
 
     inputs = keras.Input((16, 16, 3))
@@ -52,6 +53,7 @@ def build_model(seed: int = 0):
     x = keras.layers.AveragePooling2D(2, name="pool")(x)
     x = keras.layers.Conv2D(6, 3, padding="same", name="conv2")(x)
     x = keras.layers.ReLU(name="relu2")(x)
+    x = keras.layers.MaxPooling2D(2, name="maxpool")(x)  # DeepLIFT's max-pool rule, LRP's winner-take-all
     x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
     x = keras.layers.Dense(3, activation="softmax", name="head")(x)
     model = keras.Model(inputs, x, name="parity_cnn")

@@ -253,11 +253,34 @@ def _params(layer: keras.Layer) -> tuple[Any, Any]:
     return kernel, bias
 
 
-def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any, Any] | None:
-    """The parameters of ``affine`` followed by ``bn`` as one layer (``None``: BN not on the output channels)."""
+def _on_channels(affine: keras.Layer, bn: keras.Layer, ndim: int) -> bool:
+    """Whether ``bn`` normalises the output channels of ``affine`` (then it folds into it)."""
     channel = ndim - 1 if getattr(affine, "data_format", "channels_last") == "channels_last" else 1
     axes = [bn.axis] if isinstance(bn.axis, int) else list(bn.axis)
-    if len(axes) != 1 or axes[0] % ndim != channel:
+    return len(axes) == 1 and axes[0] % ndim == channel
+
+
+def _feeds_batchnorm_only(layer: keras.Layer) -> bool:
+    """A linear Dense / Conv whose every use in the model graph is a ``BatchNormalization`` on its channels.
+
+    Its own rule terms would be dead work: the BatchNormalization evaluates the rule with the fused
+    parameters. Layers without graph nodes (subclassed models) keep their terms."""
+    if getattr(getattr(layer, "activation", None), "__name__", "linear") != "linear":
+        return False
+    nodes = getattr(layer, "_outbound_nodes", None) or []
+    for node in nodes:
+        bn = node.operation
+        args = keras.tree.flatten(node.arguments.args)
+        if not isinstance(bn, keras.layers.BatchNormalization) or len(args) != 1:
+            return False
+        if not _on_channels(layer, bn, len(args[0].shape)):
+            return False
+    return bool(nodes)
+
+
+def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any, Any] | None:
+    """The parameters of ``affine`` followed by ``bn`` as one layer (``None``: BN not on the output channels)."""
+    if not _on_channels(affine, bn, ndim):
         return None
     kernel, bias = _params(affine)
     scale = keras.ops.rsqrt(keras.ops.convert_to_tensor(bn.moving_variance) + bn.epsilon)
@@ -357,12 +380,19 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                 continue
             apply = _Apply(rules[path])
 
+            folded = bool(sites.batchnorm) and _feeds_batchnorm_only(layer)
+
             def affine_call(inputs: Any, *args: Any, __layer: keras.Layer = layer, __apply: _Apply = apply,
-                            **kwargs: Any) -> Any:
+                            __folded: bool = folded, **kwargs: Any) -> Any:
                 kernel, bias = _params(__layer)
                 x = keras.ops.convert_to_tensor(inputs)
                 activation = getattr(__layer, "activation", None)
                 name = getattr(activation, "__name__", "linear")
+                if __folded:  # the BatchNormalization after it evaluates the rule with the fused parameters
+                    out = affine_function(__layer)(x, kernel, bias)
+                    recorded[id(out)] = (out, __layer, x, __apply, known(inputs) or known(x))
+                    keep.append(out)
+                    return out
                 if activation is None or name == "linear":
                     out = __apply(__layer, x, kernel, bias, nonneg=known(inputs) or known(x))
                     recorded[id(out)] = (out, __layer, x, __apply, known(inputs) or known(x))

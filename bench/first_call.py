@@ -12,6 +12,7 @@ shared machine hits every library alike.
 Usage:
     python bench/first_call.py --rounds 3
     python bench/first_call.py --methods saliency gradcam --libraries kerascope xplique --size 160
+    python bench/first_call.py --before /tmp/old-checkout   # adds that tree's kerascope as "kerascope-before"
 """
 
 from __future__ import annotations
@@ -79,8 +80,11 @@ print("RESULT " + json.dumps({{"backend": backend - start, "library": imported -
 
 
 def run_child(python: str, library: str, method: str, args: argparse.Namespace) -> dict:
-    code = CHILD.format(library=library, method=method, size=args.size, images=args.images)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if library == "kerascope-before":  # another checkout's kerascope (e.g. before a change), same child code
+        env["PYTHONPATH"] = os.pathsep.join([str(args.before), env.get("PYTHONPATH", "")])
+        library = "kerascope"
+    code = CHILD.format(library=library, method=method, size=args.size, images=args.images)
     start = time.perf_counter()
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
@@ -98,7 +102,11 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=4)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
+    parser.add_argument("--before", type=Path, default=None,
+                        help="also time the kerascope package found in this folder (row 'kerascope-before')")
     args = parser.parse_args()
+    if args.before is not None:
+        args.libraries = ["kerascope-before", *args.libraries]
     python = VENV / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"No peers venv at {VENV}. Run `python bench/peers.py --setup` first.")

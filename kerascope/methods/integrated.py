@@ -187,10 +187,13 @@ class PathMethod(LayerMethod):
             owners, weights, baselines, alphas = path_rows(rows)
             points, deltas = [], []
             for array, base in zip(ends, baselines, strict=True):
-                x = array[owners]
+                # x - b in the inputs' precision, computed once for the path points and the product: the
+                # float64 copies of every row and product cost ~30% of a 32-row MobileNetV2 chunk; the
+                # products are still summed in float64 (reduce_rows)
+                delta = array[owners] - base
                 alpha = alphas.reshape((-1,) + (1,) * (array.ndim - 1)).astype(np.float32)
-                points.append(base + alpha * (x - base))
-                deltas.append(x.astype(np.float64) - base)
+                points.append(base + alpha * delta)
+                deltas.append(delta)
             if values is None:  # the attributed inputs move along the path, the others keep their values
                 wrt = self.attributed_inputs(inputs)
                 result = self.engine.gradients(

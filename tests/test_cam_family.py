@@ -414,3 +414,28 @@ def test_sequence_model_rank3_layer() -> None:
     score = y[np.arange(2), t]
     drops = np.einsum("ntc,ntc->nc", a, g)  # zeroing channel c removes its linear contribution
     assert_maps_close(ablation, np.maximum(np.einsum("ntc,nc->nt", a, drops / score[:, None]), 0))
+
+
+@pytest.mark.parametrize("name", ["gradcam_plusplus", "xgradcam", "layercam"])
+def test_weighting_in_the_compiled_function_equals_the_host_path(cases: dict[str, Case], x: np.ndarray, name: str) -> None:
+    """The weighting runs inside the compiled function on an image layer and eagerly on the placed arrays
+    with ``reshape=`` (here the identity): both against the float64 reference, and against each other."""
+    case = cases["functional"]
+    device = METHODS[name](case.model, layer=case.layer).explain(x, TARGETS).attributions
+    host = METHODS[name](case.model, layer=case.layer, reshape=lambda a: a).explain(x, TARGETS).attributions
+    assert_maps_close(device, reference(name, case, x, TARGETS))
+    assert_maps_close(host, reference(name, case, x, TARGETS))
+    np.testing.assert_allclose(device, host, rtol=1e-5, atol=1e-6 * np.max(np.abs(host)))
+
+
+def test_cam_instances_share_one_compiled_function(x: np.ndarray) -> None:
+    """The map is computed on the device by a function cached per CAM class, not per instance (no retrace)."""
+    case = functional_case()  # a model of its own: no function compiled for it by the other tests
+    engine = ks.GradCAMPlusPlus(case.model, layer=case.layer).engine
+    ks.GradCAMPlusPlus(case.model, layer=case.layer).explain(x, TARGETS)
+    traces = engine.trace_count
+    again = ks.GradCAMPlusPlus(case.model, layer=case.layer).explain(x, TARGETS).attributions
+    assert engine.trace_count == traces
+    ks.XGradCAM(case.model, layer=case.layer).explain(x, TARGETS)  # another weighting: its own function
+    assert engine.trace_count == traces + 1
+    assert_maps_close(again, reference("gradcam_plusplus", case, x, TARGETS))

@@ -38,6 +38,33 @@ def check_tolerance(tolerance: object, cap: object, cap_name: str) -> None:
         raise ValueError(f"`{cap_name}` must be an int >= 2. Received: {cap_name}={cap!r}.")
 
 
+def pair_samples(samples: object, tolerance: float | None, max_samples: object) -> int:
+    """Check ``tolerance`` / ``max_samples`` and return the sample count (default 50, or 32 for the first round).
+
+    Shared by the noise wrappers and Expected Gradients: with ``tolerance=``, ``samples`` is the
+    first round and must lie in ``2..max_samples``.
+
+    Example:
+        >>> pair_samples(None, None, 1024), pair_samples(None, 0.05, 1024)
+        (50, 32)
+        >>> pair_samples(1, 0.05, 1024)
+        Traceback (most recent call last):
+        ...
+        ValueError: `samples` must be a positive int (with tolerance=, the first round: 2..max_samples). Received: samples=1, max_samples=1024.
+    """
+    check_tolerance(tolerance, max_samples, "max_samples")
+    if samples is None:
+        samples = 50 if tolerance is None else 32
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1 or (
+        tolerance is not None and not 2 <= samples <= max_samples  # type: ignore[operator]
+    ):
+        raise ValueError(
+            f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
+            f"Received: samples={samples!r}, max_samples={max_samples!r}."
+        )
+    return samples
+
+
 def grid_points(level: int, closed: bool) -> int:
     """Path points of the dyadic grid of ``level`` (``2**level + 1`` closed, ``2**level - 1`` open).
 

@@ -27,6 +27,7 @@ from kerascope.methods._convergence import (
     level_nodes,
     pair_chunk_rows,
     pair_rows,
+    pair_samples,
     relative_change,
     run_pairs,
     warn_not_converged,
@@ -153,6 +154,20 @@ class PathMethod(LayerMethod):
     ``b + alpha (x - b)`` during each forward pass (the layers before it still
     see the real inputs).
     """
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        if self._layer is not None:
+            return self._explain_at(inputs, None, targets)
+        return self._run(inputs, targets, None)
+
+    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
+        if values is None:
+            values = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
+        return self._run(inputs, targets, values)
+
+    def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
+        """The method on the inputs (``values is None``) or on the layer's activations ``values``."""
+        raise NotImplementedError
 
     def _ends(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
         """What the path ends at: the attributed inputs (``input_index``), or the layer's activations."""
@@ -338,16 +353,6 @@ class IntegratedGradients(PathMethod):
         self.blur_sigma = blur_sigma
         self.tolerance = None if tolerance is None else float(tolerance)
         self.max_steps = max_steps
-
-    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        if self._layer is not None:
-            return self._explain_at(inputs, None, targets)
-        return self._run(inputs, targets, None)
-
-    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
-        if values is None:
-            values = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
-        return self._run(inputs, targets, values)
 
     def _baselines(self, inputs: Inputs, values: np.ndarray | None) -> list[np.ndarray]:
         if values is None:
@@ -621,15 +626,7 @@ class ExpectedGradients(PathMethod):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
-        check_tolerance(tolerance, max_samples, "max_samples")
-        if samples is None:
-            samples = 50 if tolerance is None else 32
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
-            raise ValueError(
-                f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
-                f"Received: samples={samples!r}, max_samples={max_samples!r}."
-            )
-        self.samples = samples
+        self.samples = pair_samples(samples, tolerance, max_samples)
         self.baseline = baseline
         self.seed = check_seed(seed)
         self.tolerance = None if tolerance is None else float(tolerance)
@@ -662,16 +659,6 @@ class ExpectedGradients(PathMethod):
                 f"All background arrays need the same count. Received: {[len(b) for b in background]}."
             )
         return background
-
-    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        if self._layer is not None:
-            return self._explain_at(inputs, None, targets)
-        return self._run(inputs, targets, None)
-
-    def _explain_at(self, inputs: Inputs, values: np.ndarray | None, targets: Any) -> Explanation:
-        if values is None:
-            values = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
-        return self._run(inputs, targets, values)
 
     def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
         """At the inputs (``values=None``) or at the layer: the background is then activations."""

@@ -25,7 +25,7 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer, registry
-from kerascope.methods._convergence import check_tolerance, pair_chunk_rows, pair_rows, run_pairs
+from kerascope.methods._convergence import pair_chunk_rows, pair_rows, pair_samples, run_pairs
 from kerascope.methods._folding import Stream, as_list, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method, check_number, check_seed
 from kerascope.methods.registry import register
@@ -144,15 +144,7 @@ class NoiseWrapper(Method):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, **kwargs)
-        check_tolerance(tolerance, max_samples, "max_samples")
-        if samples is None:
-            samples = 50 if tolerance is None else 32
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1 or (tolerance is not None and not 2 <= samples <= max_samples):
-            raise ValueError(
-                f"`samples` must be a positive int (with tolerance=, the first round: 2..max_samples). "
-                f"Received: samples={samples!r}, max_samples={max_samples!r}."
-            )
-        self.samples = samples
+        self.samples = pair_samples(samples, tolerance, max_samples)
         self.noise = check_number(noise, "noise", low=0.0)
         self.seed = check_seed(seed)
         self.tolerance = None if tolerance is None else float(tolerance)

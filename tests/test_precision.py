@@ -221,3 +221,31 @@ def test_cli_batch_precision_flag_is_part_of_the_run(tmp_path):
     assert ks.batch.manifest(tmp_path / "out")["method_params"]["precision"] == "bfloat16"
     expected = ks.GradCAM(model, layer="conv", precision="bfloat16").explain(x, 1).attributions
     np.testing.assert_allclose(ks.batch.maps_to_numpy(ks.batch.read(tmp_path / "out")), expected, rtol=1e-5, atol=1e-6)
+
+
+_SMALL = {  # keeps every method to a few passes
+    "integrated_gradients": {"steps": 4}, "expected_gradients": {"samples": 2}, "deeplift_shap": {"samples": 2},
+    "smoothgrad": {"samples": 2}, "smoothgrad_squared": {"samples": 2}, "vargrad": {"samples": 2},
+    "lime": {"samples": 8}, "kernel_shap": {"samples": 8}, "shapley_sampling": {"samples": 1},
+    "shapley_exact": {"mask": np.repeat(np.repeat(np.arange(4).reshape(2, 2), 4, 0), 4, 1)},
+    "rise": {"masks": 4, "cell": 2}, "occlusion": {"window": 4}, "feature_ablation": {"mask": "grid"},
+}
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="one backend is enough for the method sweep")
+def test_every_method_runs_in_bfloat16_and_leaves_the_model_unchanged():
+    from kerascope.catalog import METHODS
+
+    model = keras.Sequential([keras.Input((8, 8, 3)),
+                              keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv",
+                                                  kernel_initializer=_init(7)),
+                              keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(3, activation="softmax", kernel_initializer=_init(8))])
+    x = np.random.default_rng(5).random((2, 8, 8, 3)).astype("float32")
+    before = _snapshot(model)
+    for entry in METHODS:
+        explanation = registry.build(entry.name, model, {**_SMALL.get(entry.name, {}), "precision": "bfloat16"}).explain(x, 1)
+        attributions = explanation.attributions
+        assert attributions.dtype == np.float32 and np.all(np.isfinite(attributions)), entry.name
+        assert explanation.params["precision"] == "bfloat16"
+    assert _same(before, _snapshot(model))

@@ -1,7 +1,7 @@
 """``input_index=`` on gradient methods for multi-input models, the image first and second.
 
-References: hand-written ``tf.GradientTape`` gradients w.r.t. the chosen input with the other input held
-fixed (Saliency, Gradient x Input, a hand-written IG Riemann sum, Expected Gradients with the same draws),
+References: hand-written gradients w.r.t. the chosen input with the other input held fixed, by the
+backend's own autodiff (``tests/_autodiff.py``: ``tf.GradientTape``, ``jax.grad`` or ``torch.autograd``) (Saliency, Gradient x Input, a hand-written IG Riemann sum, Expected Gradients with the same draws),
 and, for the noise wrappers and the guided rule, the same method on a one-input model that holds the other
 input as a constant (so the noise and the rule see exactly one input).
 """
@@ -15,10 +15,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _autodiff import gradient  # noqa: E402
 
 import kerascope as ks  # noqa: E402
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.GradientTape references")
 L = keras.layers
 RNG = np.random.default_rng(0)
 IMAGE = RNG.uniform(size=(3, 8, 8, 2)).astype("float32")
@@ -45,19 +45,16 @@ def models():
     return first, second, head
 
 
-def logits(head, image, table):
-    return head(image, table)
-
-
 def tape_grads(head, image, table, targets, wrt: str):
-    import tensorflow as tf
+    """d score_target / d (image or table), the other input held at its values."""
+    t = np.asarray(targets)[:, None]
 
-    image, table = tf.constant(image), tf.constant(table)
-    with tf.GradientTape() as tape:
-        tape.watch(image if wrt == "image" else table)
-        scores = tf.gather(head(image, table), targets, axis=1, batch_dims=1)
-        total = tf.reduce_sum(scores)
-    return tape.gradient(total, image if wrt == "image" else table).numpy()
+    def score(v):
+        out = head(v, keras.ops.convert_to_tensor(table)) if wrt == "image" else head(
+            keras.ops.convert_to_tensor(image), v)
+        return keras.ops.take_along_axis(out, keras.ops.convert_to_tensor(t), axis=1)
+
+    return gradient(score, image if wrt == "image" else table)
 
 
 def held_fixed(head) -> keras.Model:

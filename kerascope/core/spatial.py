@@ -474,6 +474,10 @@ def _spatial(shape: tuple[int, ...], extent: tuple[int, ...]) -> bool:
     return abs(math.log(ratio)) <= math.log(2.0)
 
 
+#: padding layers: their output has positions (the added border) that are not on the input
+_PADDING = (keras.layers.ZeroPadding1D, keras.layers.ZeroPadding2D, keras.layers.ZeroPadding3D)
+
+
 def default_layer(
     model: keras.Layer,
     inputs: Inputs,
@@ -489,7 +493,9 @@ def default_layer(
       (and about the input's aspect ratio) for an image input, tokens ``(N, T, C)``
       on a patch grid (:func:`token_grid`) of an image input, or ``(N, t, C)`` with
       ``t > 1`` for a sequence input;
-    - is not inside an attention layer (no ``mha/value``);
+    - is not inside an attention layer (no ``mha/value``) and is no zero-padding layer (its added
+      border rows lie outside the input, so a padded map stretched over the input is shifted:
+      MobileNetV3Small at 32 px would get ``expanded_conv_8_depthwise_pad``, 3 x 3 for a 2 x 2 stage);
     - depends on that input (checked when the model has several inputs);
     - feeds the prediction at those positions (:func:`feeds_prediction`): a
       transformer classifying its class token gets the input of its last
@@ -513,7 +519,7 @@ def default_layer(
     excluded = _inside_attention(model)
     candidates = []
     for position, (layer, shape, _) in enumerate(entries):
-        if id(layer) in excluded or layer is model:
+        if id(layer) in excluded or layer is model or isinstance(layer, _PADDING):
             continue
         if len(extent) == 2 and _spatial(shape, extent):
             candidates.append((layer, Layout("image", input_index, extent)))

@@ -1,9 +1,11 @@
 """``input_index=`` on gradient methods for multi-input models, the image first and second.
 
 References: hand-written gradients w.r.t. the chosen input with the other input held fixed, by the
-backend's own autodiff (``tests/_autodiff.py``: ``tf.GradientTape``, ``jax.grad`` or ``torch.autograd``) (Saliency, Gradient x Input, a hand-written IG Riemann sum, Expected Gradients with the same draws),
-and, for the noise wrappers and the guided rule, the same method on a one-input model that holds the other
-input as a constant (so the noise and the rule see exactly one input).
+backend's own autodiff (``tests/_autodiff.py``: ``tf.GradientTape``, ``jax.grad`` or ``torch.autograd``)
+for Saliency, Gradient x Input, a hand-written IG Riemann sum and Expected Gradients with the same draws;
+for the noise wrappers and the guided rule, the same method on a one-input model that holds the other
+input as a constant (so the noise and the rule see exactly one input). Runs on TensorFlow, JAX and
+PyTorch (scripts/test.sh).
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ def test_integrated_and_expected_gradients_hold_the_other_input(models):
         close(eg.attributions, ref)
 
 
+# ~13 s of compilation on JAX (three models x four methods): there under -m slow; on TensorFlow and PyTorch by default
+@(pytest.mark.slow if keras.backend.backend() == "jax" else lambda test: test)
 def test_noise_wrappers_and_guided_noise_only_the_chosen_input(models):
     first, second, head = models
     alone = held_fixed(head)

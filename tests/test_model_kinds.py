@@ -19,7 +19,9 @@ multi-output: a callable target equals ``output_index=`` on the first call; mult
 first and second give the same maps). ``docs/models.md``'s table is rendered from ``EXPECTED``
 (``python tests/test_model_kinds.py`` prints it) and checked against it.
 
-Models are tiny and built once per module; CI time is reported by ``--durations``.
+Models are tiny and built once per module; CI time is reported by ``--durations``. Every cell runs on
+TensorFlow, JAX and PyTorch: on JAX and PyTorch (scripts/test.sh) the default run keeps each kind's ``LIGHT``
+part, the rest runs with ``-m slow`` there (JAX compiles every method for every model).
 """
 
 from __future__ import annotations
@@ -324,15 +326,55 @@ def properties(kind: Kind, name: str, e: Any) -> str | None:
     return None
 
 
-def kinds(slow: bool | None = None) -> list[Any]:
-    return [pytest.param(k, id=k.name, marks=[pytest.mark.slow] if k.slow else []) for k in KINDS]
+#: the part of each kind that also runs on JAX and PyTorch in the default run (scripts/test.sh): what the
+#: kind is about (sequence / token CAMs, IG at the embedding, Occlusion and RISE on the chosen input, DeepLIFT
+#: on every input, the refusals for token ids); every other method runs there under ``-m slow``. On
+#: TensorFlow every cell runs by default.
+LIGHT = {
+    "text": ("gradcam", "integrated_gradients", "occlusion", "kernel_shap"),
+    "text_embedding": ("gradcam", "integrated_gradients"),
+    "series": ("gradcam", "integrated_gradients", "occlusion"),
+    "tabular": ("gradcam", "integrated_gradients", "kernel_shap"),
+    "vit": ("gradcam", "scorecam", "guided_gradcam"),
+    "image_first": ("gradcam", "integrated_gradients", "occlusion", "rise", "deeplift"),
+    "image_second": ("gradcam", "integrated_gradients", "occlusion", "rise", "deeplift"),
+    "two_outputs": ("gradcam", "integrated_gradients", "rise"),
+}
+ON_TF = keras.backend.backend() == "tensorflow"
 
 
-@pytest.mark.parametrize("kind", kinds())
-def test_every_registered_method(kind: Kind) -> None:
+def methods(kind_name: str, part: str = "all") -> list[str]:
+    """Registered methods: ``"light"`` (the kind's ``LIGHT`` part), ``"rest"`` (the others) or ``"all"``."""
+    names, light = available(), LIGHT.get(kind_name, ())
+    if part == "light":
+        return [n for n in names if n in light]
+    return [n for n in names if n not in light] if part == "rest" else names
+
+
+def slow_off_tf(test: Callable[..., None]) -> Callable[..., None]:
+    """Mark a test slow on JAX and PyTorch (their default run in scripts/test.sh keeps the light part)."""
+    return test if ON_TF else pytest.mark.slow(test)
+
+
+def default_methods(kind_name: str) -> list[str]:
+    """What the default (not slow) run covers on this backend: everything on TensorFlow, LIGHT elsewhere."""
+    return methods(kind_name, "all" if ON_TF else "light")
+
+
+def kinds() -> list[Any]:
+    cells = []
+    for k in KINDS:
+        for part in ("light", "rest") if k.name in LIGHT else ("all",):
+            slow = k.slow or (part == "rest" and not ON_TF)
+            cells.append(pytest.param(k, part, id=f"{k.name}-{part}", marks=[pytest.mark.slow] if slow else []))
+    return cells
+
+
+@pytest.mark.parametrize(("kind", "part"), kinds())
+def test_every_registered_method(kind: Kind, part: str) -> None:
     """Every registered method on this kind: a finite map of the promised shape, or the expected refusal."""
     problems = {}
-    for name in available():
+    for name in methods(kind.name, part):
         if parameters(kind, name) is None:
             continue
         problem = check(kind, name, outcome(kind, name))
@@ -380,7 +422,7 @@ def test_image_first_and_second_give_the_same_maps() -> None:
     first, second = kind("image_first"), kind("image_second")
     # the sampling feature-mask methods draw coalitions over the features in input order: another draw
     sampled = ("shapley_sampling", "kernel_shap", "lime")
-    for name in (n for n in available() if n not in sampled):
+    for name in (n for n in default_methods(first.name) if n not in sampled):
         a, b = outcome(first, name), outcome(second, name)
         assert (a.error is None) == (b.error is None), name
         if a.error is not None:
@@ -403,7 +445,7 @@ def test_two_outputs_callable_target_equals_output_index() -> None:
     two = kind("two_outputs")
     model = two_outputs()  # a fresh model: the callable is the first thing its engine sees
     params_without = {k: v for k, v in two.params.items() if k != "output_index"}
-    for name in available():
+    for name in default_methods(two.name):
         by_index = outcome(two, name)
         if by_index.error is not None or parameters(two, name) is None:
             continue
@@ -447,8 +489,10 @@ def test_docs_table_is_the_tested_matrix() -> None:
     assert all(k.name in text for k in KINDS)
 
 
+@slow_off_tf
 def test_docs_examples_run() -> None:
-    """The examples of docs/models.md run as written (one namespace, in order)."""
+    """The examples of docs/models.md run as written (one namespace, in order); on JAX and PyTorch under
+    ``-m slow`` (~20 s of compilation there; the same calls are covered by the light cells above)."""
     text = (ROOT / "docs" / "models.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 6

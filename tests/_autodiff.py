@@ -29,7 +29,8 @@ def gradient(fn: Callable[[Any], Any], x: np.ndarray) -> np.ndarray:
         import jax
         import jax.numpy as jnp
 
-        return np.asarray(jax.grad(lambda v: jnp.sum(fn(v)))(jnp.asarray(x)))
+        # jit: one compilation of the whole function instead of one per eager primitive (seconds on attention)
+        return np.asarray(jax.jit(jax.grad(lambda v: jnp.sum(fn(v))))(jnp.asarray(x)))
     if backend == "torch":
         import torch
 

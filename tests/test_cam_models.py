@@ -196,6 +196,8 @@ def spatial_projection(a: np.ndarray) -> np.ndarray:
     return np.stack(out)
 
 
+# ~15 s of compilation on JAX (eager attention, then the hand gradient): there under -m slow
+@(pytest.mark.slow if keras.backend.backend() == "jax" else lambda test: test)
 def test_token_gradcam_at_inner_block_equals_hand_gradient() -> None:
     model = vit(pool="cls")
     x = np.random.default_rng(6).uniform(size=(2, 16, 16, 3)).astype("float32")

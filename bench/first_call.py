@@ -5,7 +5,11 @@ For every (library, method) a new Python process (the peers' venv, see
 MobileNetV2 (``weights=None``, nothing downloaded), explains ``--images``
 images once, then once more (the second call shows what the first paid for
 tracing and one-time checks). The parent times the whole process from its
-start to its exit; the child reports its phases. Processes run one at a
+start to its exit; the child reports its phases in wall seconds, and the CPU
+seconds (``time.process_time``, all threads) of the first call
+(``first_cpu``) and of everything up to the end of it (``all_cpu``): on a
+loaded shared machine the wall times swing with the other processes, the CPU
+seconds much less. Processes run one at a
 time, the (library, method) order rotating every round, so a busy phase of a
 shared machine hits every library alike.
 
@@ -33,7 +37,7 @@ METHODS = ("saliency", "gradcam")
 # The child: one library, one method. ``{...}`` fields are filled in by the parent.
 CHILD = r'''
 import time
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
 import os, json
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
@@ -69,13 +73,15 @@ model = keras.applications.MobileNetV2(input_shape=(size, size, 3), weights=None
 x = np.random.default_rng(0).uniform(0, 1, (images, size, size, 3)).astype(np.float32)
 t = np.zeros(images, np.int64)
 built = time.perf_counter()
+cpu_built = time.process_time()
 explainer = make(model)
 np.asarray(call(explainer, x, t))
-first = time.perf_counter()
+first, cpu_first = time.perf_counter(), time.process_time()
 np.asarray(call(explainer, x, t))
 second = time.perf_counter()
 print("RESULT " + json.dumps({{"backend": backend - start, "library": imported - backend, "model": built - imported,
-                               "first": first - built, "second": second - first}}))
+                               "first": first - built, "second": second - first,
+                               "first_cpu": cpu_first - cpu_built, "all_cpu": cpu_first - cpu_start}}))
 '''
 
 
@@ -120,7 +126,7 @@ def main() -> None:
         for pair in pairs[shift:] + pairs[:shift]:
             results[pair].append(run_child(str(python), *pair, args))
             print(f"  round {round_ + 1} {pair[0]:<13}{pair[1]:<9} {results[pair][-1]}", flush=True)
-    phases = ("process", "backend", "library", "model", "first", "second")
+    phases = ("process", "backend", "library", "model", "first", "second", "first_cpu", "all_cpu")
     print(f"\n{'method':<9}{'library':<14}" + "".join(f"{p:>18}" for p in phases) + "   (median (min-max) s)")
     for (lib, method), runs in results.items():
         good = [r for r in runs if "error" not in r]

@@ -23,6 +23,7 @@ Usage:
     python bench/peers.py --setup    # create ~/.cache/kerascope/peers-venv ($KERASCOPE_PEERS_VENV), install peers
     python bench/peers.py --model mobilenetv2 --images 8 --samples 16 --steps 16
     python bench/peers.py --model demo --images 8 --methods saliency gradcam smoothgrad
+    python bench/peers.py --model mobilenetv2 --size 160 --images 4 --batch-size 32 --cpu-time
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -230,6 +232,9 @@ def worker(args: argparse.Namespace) -> None:
     import tensorflow as tf
     from timing import rotating_times  # bench/timing.py
 
+    if args.cpu_time:  # before any op runs: the thread pools are fixed at TensorFlow's first use
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     model, cam, score = build_model(args.model, args.size)
     shape = tuple(model.inputs[0].shape[1:])
     args.window = args.window or max(1, shape[0] // 4)
@@ -249,7 +254,8 @@ def worker(args: argparse.Namespace) -> None:
             status[library] = f"import failed: {type(error).__name__}: {error}"
     load = os.getloadavg()
     print(f"model={args.model} size={shape[0]} images={args.images} batch_size={args.chunk} samples={args.samples} "
-          f"steps={args.steps} masks={args.masks} window={args.window} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
+          f"steps={args.steps} masks={args.masks} window={args.window}"
+          f"{' clock=cpu-time, 1 thread' if args.cpu_time else ''} tf={tf.__version__} keras={keras.__version__} load_avg={load[0]:.1f},{load[1]:.1f}")
     for library, text in status.items():
         print(f"  {library}: {text}")
     print(f"{'method':<22}{'library':<14}{'median s':>10}{'speed-up':>10}{'/ floor':>9}  rounds min-max s; "
@@ -265,7 +271,8 @@ def worker(args: argparse.Namespace) -> None:
                 if args.verbose:
                     traceback.print_exc()
                 runners.pop(lib)
-        times = rotating_times({lib: (lambda fn=fn: fn(x, t)) for lib, fn in runners.items()}, args.repeats)
+        clock = time.process_time if args.cpu_time else time.perf_counter
+        times = rotating_times({lib: (lambda fn=fn: fn(x, t)) for lib, fn in runners.items()}, args.repeats, clock)
         medians = {lib: statistics.median(v) for lib, v in times.items()}
         ours, floor = medians.get("kerascope"), medians.get("floor")
         for lib, median in medians.items():
@@ -302,6 +309,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=None, help="occlusion window (default: side / 4)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="one TensorFlow compute thread and CPU seconds (time.process_time) instead of wall "
+                             "seconds: the work done, steady on a loaded shared machine")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.setup:

@@ -97,6 +97,7 @@ class LRP(Method):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu", use_bias=False),
         ...                       keras.layers.Dense(2, use_bias=False)])
+        >>> m.set_weights([np.arange(12.0).reshape(3, 4) / 10, np.ones((4, 2))])  # no dead units, logit != 0
         >>> e = ks.LRP(m, composite="epsilon").explain(np.ones((2, 3)), 0)
         >>> e.attributions.shape, bool(np.allclose(e.extras["conservation"], 1.0, atol=1e-4))
         ((2, 3), True)

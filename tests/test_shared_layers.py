@@ -18,6 +18,7 @@ import kerascope as ks
 from kerascope.core.calls import SharedLayerError, build_ranks
 from kerascope.core.engine import engine_for
 from kerascope.core.inputs import Inputs
+from tests._autodiff import gradient
 from tests.conftest import assert_unchanged, snapshot
 
 BACKEND = keras.backend.backend()
@@ -25,27 +26,6 @@ T = 1  # the explained class
 # the JAX / PyTorch CI runs keep the checks of how a backend intercepts a call (JAX adds a zero
 # delta at the chosen call, PyTorch and TensorFlow watch its tensor); the rest is backend-independent
 tf_only = pytest.mark.skipif(BACKEND != "tensorflow", reason="backend-independent logic, run on TensorFlow (CI time)")
-
-
-def grad_of(fn, value: np.ndarray) -> np.ndarray:
-    """d sum(fn(v)) / dv at ``value``, with the backend's own autodiff (no kerascope code)."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        v = tf.constant(value)
-        with tf.GradientTape() as tape:
-            tape.watch(v)
-            total = tf.reduce_sum(fn(v))
-        return tape.gradient(total, v).numpy()
-    if BACKEND == "jax":
-        import jax
-
-        return np.asarray(jax.grad(lambda v: fn(v).sum())(value))
-    import torch
-
-    v = torch.tensor(value, requires_grad=True)
-    fn(v).sum().backward()
-    return v.grad.numpy()
 
 
 def numpy(t) -> np.ndarray:
@@ -78,8 +58,8 @@ def siamese_calls(m: keras.Model, xa: np.ndarray, xb: np.ndarray) -> tuple[list[
         cat = m.get_layer("cat")([m.get_layer("fa")(u), m.get_layer("fb")(v)])
         return m.get_layer("head")(cat)[:, T]
 
-    ga = grad_of(lambda u: score(u, yb), numpy(ya))
-    gb = grad_of(lambda v: score(ya, v), numpy(yb))
+    ga = gradient(lambda u: score(u, yb), numpy(ya))
+    gb = gradient(lambda v: score(ya, v), numpy(yb))
     return [numpy(ya), numpy(yb)], [ga, gb]
 
 
@@ -115,8 +95,8 @@ def twice_forward(m: TwiceDense, h1=None, h2=None, x=None):
 def twice_calls(m: TwiceDense, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
     h1 = numpy(m.shared(x))
     h2 = numpy(m.shared(keras.ops.tanh(h1)))
-    g1 = grad_of(lambda u: twice_forward(m, h1=u), h1)  # through the head and through the second call
-    g2 = grad_of(lambda v: twice_forward(m, h1=h1, h2=v), h2)
+    g1 = gradient(lambda u: twice_forward(m, h1=u), h1)  # through the head and through the second call
+    g2 = gradient(lambda v: twice_forward(m, h1=h1, h2=v), h2)
     return [h1, h2], [g1, g2]
 
 
@@ -173,9 +153,10 @@ def test_replacing_a_call_changes_only_that_call_and_recomputes_what_follows():
         expected = numpy(twice_forward(m, h1=h1, h2=h2, x=X4))
         np.testing.assert_allclose(result.scores, expected, rtol=1e-5, atol=1e-6)
         if k == 0:
-            grad = grad_of(lambda u: twice_forward(m, h1=u), v)
+            grad = gradient(lambda u: twice_forward(m, h1=u), v)
         else:
-            grad = grad_of(lambda u: twice_forward(m, h1=numpy(m.shared(X4)), h2=u), v)
+            h1_fixed = numpy(m.shared(X4))  # the first call's output, a constant here
+            grad = gradient(lambda u, h1_fixed=h1_fixed: twice_forward(m, h1=h1_fixed, h2=u), v)
         np.testing.assert_allclose(result.layer_grads[0], grad, rtol=1e-4, atol=1e-6)
 
 
@@ -263,7 +244,7 @@ def test_a_shared_layer_without_call_index_is_refused_and_the_model_is_unchanged
     np.testing.assert_array_equal(numpy(m(X4)), reference)
     # output_layer of a shared layer: its chosen call's output is explained
     out = ks.Saliency(m, output_layer="shared", call_index=1).explain(X4, 0)
-    expected = grad_of(lambda x: m.shared(keras.ops.tanh(m.shared(x)))[:, 0], X4)
+    expected = gradient(lambda x: m.shared(keras.ops.tanh(m.shared(x)))[:, 0], X4)
     np.testing.assert_allclose(out.attributions, expected, rtol=1e-4, atol=1e-6)
 
 

@@ -176,9 +176,11 @@ class Case:
     note: str = ""
 
 
-def cases_for(model: keras.Model, n: int, args: argparse.Namespace, x: np.ndarray) -> list[Case]:
+def cases_for(
+    model: keras.Model, n: int, args: argparse.Namespace, x: np.ndarray, cam_layer: keras.Layer
+) -> list[Case]:
+    """The cases for ``n`` images ``x``; the CAMs and the ``layer_grad`` floor both use ``cam_layer``."""
     common = {"batch_size": args.chunk, "jit_compile": args.jit_now}
-    cam_layer = default_layer(model, Inputs(x[:1]))
     few = few_channel_layer(model, args.score_channels)
     channels = int(few.output.shape[-1])
     s, steps = args.samples, args.steps
@@ -192,10 +194,11 @@ def cases_for(model: keras.Model, n: int, args: argparse.Namespace, x: np.ndarra
         if name in GRADIENT:
             cases.append(Case(name, lambda c=cls: c(model, **common), [("grad", n)]))
         elif name in CAM:
-            cases.append(Case(name, lambda c=cls: c(model, layer=cam_layer, **common), [("layer_grad", n)]))
+            cases.append(Case(name, lambda c=cls: c(model, layer=cam_layer, **common), [("layer_grad", n)],
+                              cam_layer.name))
         elif name == "guided_gradcam":
             cases.append(Case(name, lambda c=cls: c(model, layer=cam_layer, **common),
-                              [("layer_grad", n), ("grad", n)]))
+                              [("layer_grad", n), ("grad", n)], cam_layer.name))
         elif name in NOISE:
             cases.append(Case(name, lambda c=cls: c(model, samples=s, **common),
                               [("forward", n), ("grad", n * s)], f"samples={s}"))
@@ -315,12 +318,15 @@ def main() -> None:
             args.jit_now = jit
             if args.occlusion_window is None:
                 args.occlusion_window = max(1, shape[0] // 4)
-            cam_layer = default_layer(model, Inputs(np.zeros((1, *shape), np.float32)))
-            baselines = Baselines(model, cam_layer, jit)
             for n in images:
                 x = np.random.default_rng(n).uniform(0, 1, (n, *shape)).astype(np.float32)
                 targets = (np.arange(n) % classes).astype(np.int32)
-                for case in cases_for(model, n, args, x):
+                # one layer for the CAMs and their floor: found on these images (a layer found on other
+                # inputs can differ: the demo model once got conv2b on random images and conv3b on zeros,
+                # so Grad-CAM's gradient at conv2b was timed against a floor differentiating to conv3b)
+                cam_layer = default_layer(model, Inputs(x[:1]))
+                baselines = Baselines(model, cam_layer, jit)
+                for case in cases_for(model, n, args, x, cam_layer):
                     try:
                         r = run_case(case, baselines, x, targets, args)
                     except Exception as error:  # report and carry on with the other methods

@@ -35,7 +35,8 @@ import numpy as np
 
 from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.layers import iter_layers
-from kerascope.core.probe import probe
+from kerascope.core.output_space import softmax_outputs
+from kerascope.core.probe import bypass_softmax, probe, softmax_candidates
 from kerascope.core.resize import upsample
 
 Reshape = Callable[[np.ndarray], np.ndarray]
@@ -369,6 +370,13 @@ def survey(model: keras.Layer, inputs: Inputs) -> list[tuple[keras.Layer, tuple[
         >>> [(l.name, s) for l, s, _ in survey(m, Inputs(np.zeros((1, 4, 4, 1))))]
         [('c', (1, 2, 2, 2)), ('f', (1, 8))]
     """
+    return _survey(model, inputs)[0]
+
+
+def _survey(
+    model: keras.Layer, inputs: Inputs
+) -> tuple[list[tuple[keras.Layer, tuple[int, ...], np.ndarray]], Any]:
+    """:func:`survey`'s entries and the model's outputs of the same pass."""
     order: list[tuple[keras.Layer, Any]] = []
 
     def note(_: int, layer: keras.Layer, output: Any) -> Any:
@@ -377,12 +385,35 @@ def survey(model: keras.Layer, inputs: Inputs) -> list[tuple[keras.Layer, tuple[
         return output
 
     with probe([layer for _, layer in iter_layers(model)], note):
-        model(fit_structure(model, inputs.model_arg(_first(inputs))), training=False)
+        outputs = model(fit_structure(model, inputs.model_arg(_first(inputs))), training=False)
     last = {id(layer): i for i, (layer, _) in enumerate(order)}
-    return [
+    entries = [
         (layer, tuple(int(d) for d in out.shape), np.asarray(keras.ops.convert_to_numpy(out)))
         for i, (layer, out) in enumerate(order) if last[id(layer)] == i
     ]
+    return entries, outputs
+
+
+def output_softmax(
+    model: keras.Layer, entries: Sequence[tuple[keras.Layer, tuple[int, ...], np.ndarray]], outputs: Any
+) -> list[keras.Layer]:
+    """The softmax layers whose output is the model's output, from a :func:`survey` pass and its outputs.
+
+    :func:`feeds_prediction` makes them linear: a saturated softmax (a confident
+    prediction, or an out-of-distribution input: ``[0, 0, 0, 1]`` exactly in float32)
+    hides the change of the logits, so whether a layer feeds the prediction would
+    depend on how saturated the sample is.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax", name="p")])
+        >>> x = Inputs(np.ones((1, 3)))
+        >>> [layer.name for layer in output_softmax(m, *_survey(m, x))]
+        ['p']
+    """
+    candidates = softmax_candidates(model)
+    recorded = {id(layer): [out] for layer, _, out in entries}
+    return softmax_outputs(candidates, recorded, outputs)
 
 
 def seen_grids(
@@ -429,6 +460,7 @@ def feeds_prediction(
     layer: keras.Layer,
     layout: Layout,
     select: Callable[[Any], Any] | None = None,
+    bypass: Sequence[keras.Layer] = (),
 ) -> bool:
     """Whether changing ``layer``'s output at the positions on the input changes the explained output.
 
@@ -437,6 +469,8 @@ def feeds_prediction(
     ``select`` picks the explained output from the model's outputs (default:
     all of them). With a class-token classifier the patch tokens of the last
     block's output do not feed the prediction, so they are no CAM layer.
+    The softmax layers in ``bypass`` are linear in both passes (see :func:`output_softmax`):
+    the question is whether the layer feeds the logits, whatever the sample's confidence.
 
     Example:
         >>> import keras, numpy as np
@@ -448,7 +482,8 @@ def feeds_prediction(
     """
     select = select or (lambda outputs: outputs)
     arrays = inputs.model_arg(_first(inputs))
-    clean = _flat_numpy(select(model(fit_structure(model, arrays), training=False)))
+    with bypass_softmax(list(bypass)):
+        clean = _flat_numpy(select(model(fit_structure(model, arrays), training=False)))
     rng = np.random.default_rng(0)
 
     def perturb(_: int, __: keras.Layer, output: Any) -> Any:
@@ -458,7 +493,7 @@ def feeds_prediction(
             noise *= layout.mask_positions(value.shape[1:2]).reshape((1, -1) + (1,) * (value.ndim - 2))
         return output + keras.ops.cast(keras.ops.convert_to_tensor(noise), output.dtype)
 
-    with probe([layer], perturb):
+    with bypass_softmax(list(bypass)), probe([layer], perturb):
         changed = _flat_numpy(select(model(fit_structure(model, arrays), training=False)))
     return any(
         a.shape != b.shape or np.max(np.abs(a - b), initial=0.0) > 1e-6 * (np.max(np.abs(a), initial=0.0) + 1e-12)
@@ -501,6 +536,8 @@ def default_layer(
       transformer classifying its class token gets the input of its last
       attention block (the normalised tokens, as pytorch-grad-cam's
       ``blocks[-1].norm1``), one pooling all tokens gets its last block's output.
+      The final softmax is made linear for this check (:func:`output_softmax`), so a
+      saturated sample gets the same layer as any other.
 
     Found with eager forward passes on one sample, so subclassed and nested
     models work too. Raises a ``ValueError`` when no layer qualifies.
@@ -515,7 +552,8 @@ def default_layer(
     """
     array = inputs.arrays[input_index]
     extent = input_extent(array)
-    entries = survey(model, inputs)
+    entries, outputs = _survey(model, inputs)
+    bypass = output_softmax(model, entries, outputs)
     excluded = _inside_attention(model)
     candidates = []
     for position, (layer, shape, _) in enumerate(entries):
@@ -533,7 +571,7 @@ def default_layer(
     for layer, layout in reversed(candidates):
         if dependent is not None and id(layer) not in dependent:
             continue
-        if feeds_prediction(model, inputs, layer, layout, select):
+        if feeds_prediction(model, inputs, layer, layout, select, bypass):
             return layer
     kind = "an image (N, h, w, C) feature map with h, w > 1 or patch tokens" if len(extent) == 2 else (
         "a sequence (N, t, C) with t > 1")
@@ -551,5 +589,5 @@ def default_layer(
 
 __all__ = [
     "Layout", "LayoutError", "candidate_grids", "choose_input", "default_layer", "feeds_prediction",
-    "input_extent", "input_names", "is_image", "layout_for", "seen_grids", "survey", "token_grid",
+    "input_extent", "input_names", "is_image", "layout_for", "output_softmax", "seen_grids", "survey", "token_grid",
 ]

@@ -37,6 +37,22 @@ def stabilize(z: Any, epsilon: float) -> Any:
     return keras.ops.where(z >= 0.0, z + epsilon, z - epsilon)
 
 
+def nonnegative_stabilize(z: Any, epsilon: float) -> Any:
+    """:func:`stabilize` of a ``z`` that is never negative: ``z + epsilon`` (one op instead of four).
+
+    For the positive parts ``x⁺W⁺ + b⁺ + x⁻W⁻`` (z⁺, the α part of αβ) and the flat rule's counts
+    every product and sum is of non-negative numbers, so ``z >= 0`` (``-0.0`` included) and
+    ``stabilize`` always takes its ``z + epsilon`` branch: the same numbers.
+
+    Example:
+        >>> import numpy as np
+        >>> z = np.array([0.0, 3.0], "float32")
+        >>> keras.ops.convert_to_numpy(nonnegative_stabilize(z, 0.5)).tolist() == keras.ops.convert_to_numpy(stabilize(z, 0.5)).tolist()
+        True
+    """
+    return keras.ops.convert_to_tensor(z) + epsilon
+
+
 def _pos(v: Any) -> Any:
     return None if v is None else keras.ops.maximum(v, 0.0)
 
@@ -114,7 +130,7 @@ class ZPlus(Rule):
         return [("pos", _pos(kernel), _pos(bias), 1.0), ("neg", _neg(kernel), None, 1.0)]
 
     def scales(self, outputs: list[Any], y: Any) -> list[Any]:
-        s = 1.0 / stabilize(outputs[0] + outputs[1], self.stabilizer)
+        s = 1.0 / nonnegative_stabilize(outputs[0] + outputs[1], self.stabilizer)
         return [s, s]
 
 
@@ -152,7 +168,7 @@ class AlphaBeta(Rule):
                 ("pos", _neg(kernel), _neg(bias), b), ("neg", _pos(kernel), None, b)]
 
     def scales(self, outputs: list[Any], y: Any) -> list[Any]:
-        plus = 1.0 / stabilize(outputs[0] + outputs[1], self.stabilizer)
+        plus = 1.0 / nonnegative_stabilize(outputs[0] + outputs[1], self.stabilizer)
         minus = 1.0 / stabilize(outputs[2] + outputs[3], self.stabilizer)
         return [plus, plus, minus, minus]
 
@@ -198,7 +214,7 @@ class Flat(Rule):
         return [("ones", keras.ops.ones_like(kernel), None, 1.0)]
 
     def scales(self, outputs: list[Any], y: Any) -> list[Any]:
-        return [1.0 / stabilize(outputs[0], self.stabilizer)]
+        return [1.0 / nonnegative_stabilize(outputs[0], self.stabilizer)]
 
 
 @dataclass(frozen=True, eq=False)

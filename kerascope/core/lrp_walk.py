@@ -41,6 +41,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope import _backend
 from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, _operations
 from kerascope.core.layers import iter_layers
 from kerascope.core.lrp_rules import Rule, ZBox, stabilize
@@ -166,13 +167,42 @@ def classify(model: keras.Layer, bypassed: list[str]) -> Sites:
 
 
 # ------------------------------------------------------------------------------------------- the graph trick
+# The rule's products are custom backward passes (``custom_backward``, the DeepLIFT rules' helper): the
+# forward pass only forwards values (an identity), the backward pass does the one multiplication. Written
+# as ``sg(v) + (x - sg(x)) * v`` they cost three element-wise ops of the forward pass per tensor (an
+# exact zero, computed); with ``sg(y) + c * (z - sg(z)) * sg(s)`` per term, ~40% of LRP's element-wise
+# time on the demo model.
+def _times_input(dy: Any, xs: list[Any]) -> list[Any]:
+    return [dy * xs[0]]
+
+
+def _times_value(dy: Any, xs: list[Any]) -> list[Any]:
+    return [dy * xs[1], keras.ops.zeros_like(xs[1])]
+
+
+def _through(dy: Any, xs: list[Any]) -> list[Any]:
+    return [dy, keras.ops.zeros_like(xs[1])]
+
+
+def _op(fn: Callable[..., Any], rule: Callable[[Any, list[Any]], list[Any]], name: str) -> Callable[..., Any]:
+    return _backend.get().custom_backward(fn, lambda xs, y, dy, vjp: rule(dy, xs), name)
+
+
 def _modified_input(x: Any, mode: str, low: Any = None, high: Any = None, nonneg: bool = False) -> Any:
     """``m(x)`` as a value whose gradient is multiplied by ``m(x)`` (``d/dx`` is ``diag(m(x))``).
 
-    ``nonneg``: ``x >= 0`` is known (the output of a ReLU), so ``max(x, 0)`` is ``x``."""
+    ``nonneg``: ``x >= 0`` is known (the output of a ReLU), so ``max(x, 0)`` is ``x``.
+
+    Example:
+        >>> import numpy as np
+        >>> x = keras.ops.convert_to_tensor(np.array([-1.0, 2.0], "float32"))
+        >>> keras.ops.convert_to_numpy(_modified_input(x, "pos")).tolist()
+        [0.0, 2.0]
+    """
+    x = keras.ops.convert_to_tensor(x)
     if mode == "x" or (mode == "pos" and nonneg):
-        value = x
-    elif mode == "pos":
+        return _op(lambda v: v, _times_input, "lrp_times_input")(x)
+    if mode == "pos":
         value = keras.ops.maximum(x, 0.0)
     elif mode == "neg":
         value = keras.ops.minimum(x, 0.0)
@@ -181,8 +211,7 @@ def _modified_input(x: Any, mode: str, low: Any = None, high: Any = None, nonneg
     else:
         bound = low if mode == "low" else high
         value = keras.ops.zeros_like(x) + keras.ops.cast(bound, x.dtype)
-    value = sg(value)
-    return value + (x - sg(x)) * value
+    return _op(lambda _, v: v, _times_value, "lrp_times_value")(x, sg(value))
 
 
 def relevance_output(y: Any, terms: list[tuple[Any, float]], scales: list[Any]) -> Any:
@@ -195,9 +224,16 @@ def relevance_output(y: Any, terms: list[tuple[Any, float]], scales: list[Any]) 
         >>> keras.ops.convert_to_numpy(out).tolist()
         [[3.0, 6.0]]
     """
-    out = sg(y)
-    for (z, c), s in zip(terms, scales, strict=True):
-        out = out + c * (z - sg(z)) * sg(s)
+    count = len(terms)
+    coefficients = [c for _, c in terms]
+
+    def rule(dy: Any, xs: list[Any]) -> list[Any]:
+        value, scale_list = xs[0], xs[1 + count:]
+        grads = [dy * s if c == 1.0 else (c * dy) * s for c, s in zip(coefficients, scale_list, strict=True)]
+        return [keras.ops.zeros_like(value), *grads, *[keras.ops.zeros_like(s) for s in scale_list]]
+
+    scales = [sg(keras.ops.convert_to_tensor(s)) for s in scales]
+    out = _op(lambda value, *_: value, rule, "lrp_relevance")(sg(y), *[z for z, _ in terms], *scales)
     return out
 
 
@@ -210,7 +246,7 @@ def passed(z: Any, fn: Callable[[Any], Any]) -> Any:
         [0.0, 2.0]
     """
     z = keras.ops.convert_to_tensor(z)
-    return sg(fn(z)) + (z - sg(z))
+    return _op(lambda _, v: v, _through, "lrp_pass")(z, sg(fn(z)))
 
 
 def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
@@ -325,15 +361,10 @@ class _Apply:
             y = outputs[0] if own else f(x, kernel, bias)
         y = sg(y)
         scales = self.rule.scales([0.0 if z is None else sg(z) for z in outputs], y)
-        carried = None
-        for z, (_, _, _, c), scale in zip(outputs, terms, scales, strict=True):
-            if z is None:
-                continue
-            term = (z - sg(z)) * sg(scale)
-            term = term if c == 1.0 else c * term
-            carried = term if carried is None else carried + term
+        carried = [((z, c), scale) for z, (_, _, _, c), scale in zip(outputs, terms, scales, strict=True)
+                   if z is not None]
         value = y if activation is None else sg(activation(y))
-        return value + carried
+        return relevance_output(value, [t for t, _ in carried], [scale for _, scale in carried])
 
 
 def _first(inputs: Any) -> Any:

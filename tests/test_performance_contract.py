@@ -139,3 +139,16 @@ def test_mixed_precision_attributions_are_float32(policy: str, rtol: float) -> N
         a, b = attributions.ravel().astype(np.float64), expected.ravel().astype(np.float64)
         cosine = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
         assert cosine >= 1 - rtol, f"{got.method}: cosine similarity {cosine:.4f} with the float32 model"
+
+
+@pytest.mark.parametrize("name", ["saliency", "gradcam"])
+def test_first_call_runs_the_models_code_once_eagerly_and_traces_once(name: str) -> None:
+    """Issue 18 item 4: the one-sample eager pass that checks the inputs also detects the softmax and counts the
+    probed layer's calls (no separate counting pass for a CAM's layer: it was one more eager pass); then one
+    trace."""
+    model = build(seed=5)
+    method = METHODS[name](model)
+    before = len(CALLS)
+    method.explain(_images(3), targets=[0, 1, 2])
+    assert len(CALLS) - before == 2, f"{name}: the first call ran the model's Python code {len(CALLS) - before} times"
+    assert method.engine.trace_count == 1

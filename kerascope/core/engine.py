@@ -424,14 +424,18 @@ class Engine:
         if not layers:
             return (), ()
 
+        ids = tuple(id(layer) for layer in layers)
+
         def count() -> tuple[tuple[int | None, ...], tuple[int, ...]]:
-            with contextlib.ExitStack() as stack:
-                rec = stack.enter_context(probe(layers))
-                self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-            counts = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
+            counts = self._compiled.pop(("call_counts", ids, inputs.signature), None)  # from the input check
+            if counts is None:
+                with contextlib.ExitStack() as stack:
+                    rec = stack.enter_context(probe(layers))
+                    self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                counts = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
             return tuple(self._choose(layer, n) for layer, n in zip(layers, counts, strict=True)), counts
 
-        return self.memo(("call_positions", tuple(id(layer) for layer in layers), inputs.signature), count)
+        return self.memo(("call_positions", ids, inputs.signature), count)
 
     def _check_traced_calls(self, recorder: Any, layers: Sequence[keras.Layer], counts: Sequence[int]) -> None:
         """A shared layer must be called as often when compiled as eagerly, else its calls cannot be matched."""
@@ -445,12 +449,14 @@ class Engine:
                     "Probe the layer that contains the loop (e.g. the LSTM layer, not its cell)."
                 )
 
-    def check_inputs(self, inputs: Any) -> Inputs:
+    def check_inputs(self, inputs: Any, layers: Sequence[keras.Layer] = ()) -> Inputs:
         """Validate ``inputs`` against the model, eagerly: shapes, then one call on one sample.
 
         The call runs once per input structure and signature (memoised), so a model
         that cannot take the inputs fails here with kerascope's message, never inside
-        a compiled function. Returns the inputs as :class:`Inputs`.
+        a compiled function. Returns the inputs as :class:`Inputs`. The same call counts
+        the calls of ``layers`` (those a method will probe: shared layers, see
+        :meth:`call_positions`), so that a first call needs no second eager pass for them.
 
         Example:
             >>> import keras, numpy as np
@@ -460,24 +466,29 @@ class Engine:
         """
         prepared = inputs if isinstance(inputs, Inputs) else Inputs(inputs)
         check_against_model(self.model, prepared)
-        self._check_call(prepared)
+        self._check_call(prepared, layers)
         return prepared
 
-    def _check_call(self, inputs: Inputs) -> None:
+    def _check_call(self, inputs: Inputs, layers: Sequence[keras.Layer] = ()) -> None:
         """Call the model eagerly on one sample, once per input structure and signature.
 
         Subclassed models declare no input shapes, and a functional model can still refuse
         the inputs (a dict with other keys, a list for a single-input ``call``): their error
         comes here, eagerly and in kerascope's words, instead of from inside a compiled function.
+        The same pass counts the calls of ``layers`` (the layers a method is about to probe,
+        read by :meth:`_calls`), so a first call makes one eager pass, not two.
         """
         key = ("model_accepts", inputs.signature)
+        counted = ("call_counts", tuple(id(layer) for layer in layers), inputs.signature)
+        if not layers or ("memo", key) in self._compiled or ("memo", ("call_positions", *counted[1:])) in self._compiled:
+            layers = ()
 
         def call() -> bool:
             # the output space's softmax detection rides on this pass (one eager pass fewer on the first call)
             candidates = [] if self.space.detected else softmax_candidates(self.model)
             try:
                 with contextlib.ExitStack() as stack:
-                    rec = stack.enter_context(probe(candidates))
+                    rec = stack.enter_context(probe([*candidates, *layers]))
                     explained = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
             except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
                 raise
@@ -491,6 +502,8 @@ class Engine:
                 ) from error
             if not self.space.detected:
                 self._settle_softmax(candidates, rec.outputs, explained)
+            if layers:
+                self._compiled[counted] = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
             return True
 
         self.memo(key, call)
@@ -753,6 +766,7 @@ class Engine:
                 f"Received: wrt_inputs={wrt_inputs!r}."
             )
         wrt = tuple(int(i) for i in wrt)
+        self._check_call(prepared, resolved_layers)  # the input check also counts the probed layers' calls
         prepared, indices, target_fn = self.prepare(prepared, targets)
         _check_differentiable(prepared, wrt)
         positions, counts = self._calls(prepared, resolved_layers)

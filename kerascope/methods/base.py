@@ -231,9 +231,20 @@ class Method:
         """
         self._check_call_index()
         self._check_model()  # refusals that need no call come first: the model is not even called
-        prepared = self.engine.check_inputs(inputs)  # then the inputs, before any method-specific pass
+        # then the inputs, before any method-specific pass (the same eager pass counts the probed layer's calls)
+        prepared = self.engine.check_inputs(inputs, self._probed_layers())
         with single_threaded_blas(), progress_scope(prepared.num_samples, self.name, self.progress):
             return self._explain(prepared, targets)
+
+    def _probed_layers(self) -> list[keras.Layer]:
+        """The inner layer given by ``layer=`` as an object (none when absent or unknown: its error comes later)."""
+        layer = getattr(self, "layer", None)
+        if layer is None:
+            return []
+        try:
+            return self.engine.resolve_layers([layer])
+        except (ValueError, TypeError, KeyError):
+            return []
 
     def _reads_layer(self) -> bool:
         """Whether the method reads an inner layer (``layer=``) that ``call_index`` can choose a call of."""

@@ -290,7 +290,8 @@ def test_a_cell_called_in_a_loop_is_refused_not_matched_to_the_wrong_step():
     before = snapshot(rnn)
     with pytest.raises(SharedLayerError, match="lstm/lstm_cell' is called .* times"):
         ks.layer_gradients(rnn, data, "lstm/lstm_cell", targets=0)
-    with pytest.raises(ValueError, match=r"times in the compiled one .* Probe the layer that contains the loop"):
+    with pytest.raises(ValueError, match=r"times in the compiled one .* Probe the layer that contains the loop") as info:
         ks.layer_gradients(rnn, data, "lstm/lstm_cell", targets=0, call_index=1)
+    assert str(info.value).startswith("Layer 'lstm/lstm_cell' is called ")  # the message once, no "ValueError: " prefix
     assert ks.layer_gradients(rnn, data, "lstm", targets=0).gradients.shape == (2, 3)
     assert_unchanged(rnn, before)

@@ -64,7 +64,18 @@ def _call(compiled: Callable[..., Any], *args: Any) -> Any:
     AutoGraph re-raises an error from traced code with an "in user code:" trace
     prepended; for errors that kerascope raised (a layer not on the path to the score,
     a non-differentiable target) the message is what the user needs, so it is
-    re-raised here as it was written, from this frame.
+    re-raised here as it was written, from this frame. (TensorFlow's record of the cause
+    starts with the type's name, ``"ValueError: ..."``; that prefix is dropped, else the
+    traceback's last line would read ``ValueError: ValueError: ...``.)
+
+    Example:
+        >>> from kerascope.numeric.chunking import check_batch_size
+        >>> f = _function(lambda x: check_batch_size(0), [tf.TensorSpec((None,), tf.float32)], False)
+        >>> try:
+        ...     _call(f, tf.constant([1.0]))
+        ... except ValueError as error:
+        ...     print(str(error))
+        `batch_size` must be a positive int. Received: batch_size=0.
     """
     try:
         return compiled(*args)
@@ -74,7 +85,9 @@ def _call(compiled: Callable[..., Any], *args: Any) -> Any:
         innermost = str(getattr(stack[-1], "filename", "")) if stack else ""
         if metadata is None or not innermost.startswith(_PACKAGE) or type(error) not in (ValueError, TypeError):
             raise
-        raise type(error)(metadata.cause_message) from None
+        message = str(metadata.cause_message)
+        prefix = f"{type(error).__name__}: "
+        raise type(error)(message[len(prefix):] if message.startswith(prefix) else message) from None
 
 
 def _direct(compiled: Any) -> Callable[..., Any]:

@@ -4,7 +4,9 @@ For every (library, method) a new Python process (the peers' venv, see
 ``bench/peers.py --setup``) imports the backend and the library, builds
 MobileNetV2 (``weights=None``, nothing downloaded), explains ``--images``
 images once, then once more (the second call shows what the first paid for
-tracing and one-time checks). The parent times the whole process from its
+tracing and one-time checks), then ``--calls`` - 2 more times (``calls_cpu``: the CPU
+seconds of all of them, for a library that trades a cheap first call for dearer later
+ones). The parent times the whole process from its
 start to its exit; the child reports its phases in wall seconds, and the CPU
 seconds (``time.process_time``, all threads) of the first call
 (``first_cpu``) and of everything up to the end of it (``all_cpu``): on a
@@ -15,6 +17,7 @@ shared machine hits every library alike.
 
 Usage:
     python bench/first_call.py --rounds 3
+    python bench/first_call.py --rounds 3 --one-thread   # one TF thread: CPU seconds steadier on a loaded machine
     python bench/first_call.py --methods saliency gradcam --libraries kerascope xplique --size 160
     python bench/first_call.py --before /tmp/old-checkout   # adds that tree's kerascope as "kerascope-before"
 """
@@ -43,8 +46,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import keras
 import tensorflow as tf
+if {one_thread}:  # before any op runs: one TF thread, so CPU seconds are work, not idle pool threads spinning
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
 backend = time.perf_counter()
-library, method, size, images = {library!r}, {method!r}, {size}, {images}
+library, method, size, images, calls = {library!r}, {method!r}, {size}, {images}, {calls}
 cam = "out_relu"
 if library == "kerascope":
     import kerascope as ks
@@ -78,19 +84,25 @@ explainer = make(model)
 np.asarray(call(explainer, x, t))
 first, cpu_first = time.perf_counter(), time.process_time()
 np.asarray(call(explainer, x, t))
-second = time.perf_counter()
+second, cpu_second = time.perf_counter(), time.process_time()
+for _ in range(calls - 2):
+    np.asarray(call(explainer, x, t))
 print("RESULT " + json.dumps({{"backend": backend - start, "library": imported - backend, "model": built - imported,
                                "first": first - built, "second": second - first,
-                               "first_cpu": cpu_first - cpu_built, "all_cpu": cpu_first - cpu_start}}))
+                               "first_cpu": cpu_first - cpu_built, "second_cpu": cpu_second - cpu_first,
+                               "calls_cpu": time.process_time() - cpu_built, "all_cpu": cpu_first - cpu_start}}))
 '''
 
 
 def run_child(python: str, library: str, method: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    prefix = ""
     if library == "kerascope-before":  # another checkout's kerascope (e.g. before a change), same child code
-        env["PYTHONPATH"] = os.pathsep.join([str(args.before), env.get("PYTHONPATH", "")])
+        # first on sys.path: `python -c` puts the working directory (this checkout) before PYTHONPATH
+        prefix = f"import sys; sys.path.insert(0, {str(args.before.resolve())!r})\n"
         library = "kerascope"
-    code = CHILD.format(library=library, method=method, size=args.size, images=args.images)
+    code = prefix + CHILD.format(library=library, method=method, size=args.size, images=args.images, calls=args.calls,
+                        one_thread=args.one_thread)
     start = time.perf_counter()
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
@@ -108,6 +120,10 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=4)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
+    parser.add_argument("--calls", type=int, default=4,
+                        help="explanations per process; calls_cpu: their CPU seconds in total (first included)")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="one TensorFlow thread in every child (CPU seconds without idle threads spinning)")
     parser.add_argument("--before", type=Path, default=None,
                         help="also time the kerascope package found in this folder (row 'kerascope-before')")
     args = parser.parse_args()
@@ -119,14 +135,18 @@ def main() -> None:
     pairs = [(lib, m) for m in args.methods for lib in args.libraries]
     results: dict[tuple[str, str], list[dict]] = {pair: [] for pair in pairs}
     load = os.getloadavg()
-    print(f"MobileNetV2 weights=None size={args.size} images={args.images} rounds={args.rounds} "
+    if args.calls < 2:
+        parser.error(f"--calls must be at least 2 (a first and a second call). Received: --calls {args.calls}.")
+    print(f"MobileNetV2 weights=None size={args.size} images={args.images} rounds={args.rounds} calls={args.calls} "
+          f"{'one TF thread ' if args.one_thread else ''}"
           f"load_avg={load[0]:.1f},{load[1]:.1f}", flush=True)
     for round_ in range(args.rounds):
         shift = round_ % len(pairs)
         for pair in pairs[shift:] + pairs[:shift]:
             results[pair].append(run_child(str(python), *pair, args))
             print(f"  round {round_ + 1} {pair[0]:<13}{pair[1]:<9} {results[pair][-1]}", flush=True)
-    phases = ("process", "backend", "library", "model", "first", "second", "first_cpu", "all_cpu")
+    phases = ("process", "backend", "library", "model", "first", "second", "first_cpu", "second_cpu", "calls_cpu",
+              "all_cpu")
     print(f"\n{'method':<9}{'library':<14}" + "".join(f"{p:>18}" for p in phases) + "   (median (min-max) s)")
     for (lib, method), runs in results.items():
         good = [r for r in runs if "error" not in r]

@@ -44,6 +44,9 @@ HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("KERASCOPE_PEERS_VENV", Path.home() / ".cache" / "kerascope" / "peers-venv"))
 RECORD = HERE / "peers-env.json"
 PEERS = {"tf-keras-vis": "tf_keras_vis", "xplique": "xplique", "tf-explain": "tf_explain"}
+#: methods whose clean forward pass (one row per input) serves only ``Explanation.scores`` (and
+#: ``targets=None``), not the attribution: SmoothGrad / VarGrad average noisy rows, RISE masked rows
+SCORES_ONLY_FORWARD = ("smoothgrad", "vargrad", "rise")
 METHODS = ("saliency", "smoothgrad", "vargrad", "integrated_gradients", "gradcam", "gradcam_plusplus", "scorecam",
            "occlusion", "rise")
 
@@ -186,11 +189,14 @@ def tf_explain_calls(model: Any, args: argparse.Namespace, cam: str, score: str)
     }
 
 
-def floor_calls(model: Any, args: argparse.Namespace, cam: str, score: str, shape: tuple[int, ...]) -> dict[str, Callable]:
+def floor_calls(model: Any, args: argparse.Namespace, cam: str, score: str, shape: tuple[int, ...],
+                without_scores: bool = False) -> dict[str, Callable]:
     """The floor: hand-written compiled passes that each method needs (``bench/suite.py``'s baselines).
 
     Same chunks of ``--chunk`` rows as kerascope; fixed input tensors, so it pays nothing for
-    building noisy copies, path points or occluded copies.
+    building noisy copies, path points or occluded copies. ``without_scores``: for the methods of
+    ``SCORES_ONLY_FORWARD``, the passes without the clean forward pass whose only use is the
+    target scores kerascope returns (``Explanation.scores``; Xplique and tf-explain return none).
     """
     import numpy as np
     from suite import Baselines
@@ -214,6 +220,9 @@ def floor_calls(model: Any, args: argparse.Namespace, cam: str, score: str, shap
         "occlusion": (cam_base, [("forward", n), ("forward", n * positions)]),
         "rise": (cam_base, [("forward", n), ("forward", n * args.masks)]),
     }
+    if without_scores:  # only where the clean forward serves Explanation.scores alone, not the attribution
+        plans = {method: (base, passes[1:]) for method, (base, passes) in plans.items()
+                 if method in SCORES_ONLY_FORWARD}
     calls = {}
     for method, (base, passes) in plans.items():
         run = base.plan(passes, args.chunk)
@@ -244,12 +253,20 @@ def worker(args: argparse.Namespace) -> None:
     status: dict[str, str] = {}
     calls["floor"] = floor_calls(model, args, cam, score, shape)
     status["floor"] = "hand-written tf.function passes (bench/suite.py Baselines)"
+    if args.floor_without_scores:
+        calls["floor-no-scores"] = floor_calls(model, args, cam, score, shape, without_scores=True)
+        status["floor-no-scores"] = f"the floor without the clean forward pass ({', '.join(SCORES_ONLY_FORWARD)})"
     for library, make in LIBRARIES.items():
         try:
             calls[library] = make(model, args, cam, score)
             import importlib.metadata as md
 
-            status[library] = "ok " + (md.version(library) if library != "kerascope" else "")
+            if library == "kerascope":  # which checkout: PYTHONPATH=$PWD, else the installed one
+                import kerascope
+
+                status[library] = f"ok {Path(kerascope.__file__).parent.parent}"
+            else:
+                status[library] = f"ok {md.version(library)}"
         except Exception as error:
             status[library] = f"import failed: {type(error).__name__}: {error}"
     load = os.getloadavg()
@@ -312,6 +329,9 @@ def main() -> None:
     parser.add_argument("--cpu-time", action="store_true",
                         help="one TensorFlow compute thread and CPU seconds (time.process_time) instead of wall "
                              "seconds: the work done, steady on a loaded shared machine")
+    parser.add_argument("--floor-without-scores", action="store_true",
+                        help="add a floor row without the clean forward pass that serves only the returned scores "
+                             f"({', '.join(SCORES_ONLY_FORWARD)})")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.setup:

@@ -145,6 +145,18 @@ def test_summation_to_delta_on_every_supported_layer(unchanged):
     assert ops and all("call" not in vars(op) for op in ops)
 
 
+@pytest.mark.parametrize("targets", [1, [0, 2, 1, 0], None], ids=["one class", "per sample", "predicted"])
+def test_baseline_scores_are_the_model_at_the_baseline(targets):
+    # one class for all: the reference's score comes from the attribution pass itself; other targets:
+    # from a forward pass of the reference row; both must be the model's output at the baseline
+    model = dense_model([6, 3], ["tanh", None], 4)
+    x = RNG.uniform(-1, 1, (4, 4)).astype(np.float32)
+    e = ks.DeepLIFT(model, baseline=0.5, batch_size=3).explain(x, targets)  # 2 inputs per pass: 2 chunks
+    at_baseline = keras.ops.convert_to_numpy(model(np.full((1, 4), 0.5, np.float32)))[0]
+    np.testing.assert_allclose(e.extras["baseline_scores"], at_baseline[e.targets], rtol=1e-5, atol=1e-6)
+    assert summation_ok(e)
+
+
 def test_deeplift_shap_averages_deeplift_over_the_background():
     model = mixed_model(1)
     x = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)

@@ -10,11 +10,12 @@ modified input ``m_k(x)`` with modified parameters ``(W_k, b_k)``,
     ``R_in = sum_k c_k * m_k(x) * J_k^T (R_out * s_k)``,
 
 with ``s_k`` a stopped-gradient scale (``1 / stabilize(denominator)``, times a
-mask for the gamma rule). In the graph this is
-``sg(y) + sum_k c_k * (z_k - sg(z_k)) * sg(s_k)`` where ``m_k(x)`` is written
-``sg(m_k(x)) + (x - sg(x)) * sg(m_k(x))`` (value ``m_k(x)``, gradient
-multiplied by ``m_k(x)``): plain ``keras.ops``, no custom gradient, the same on
-every backend, compiled with the rest of the pass.
+mask for the gamma rule). In the graph the layer's output is :func:`relevance_output`
+(value ``y``, backward ``c_k * dy * s_k`` into each ``z_k``) and each ``m_k(x)``
+is :func:`_modified_input` (value ``m_k(x)``, backward multiplied by ``m_k(x)``):
+small custom backward passes (``custom_backward``, as the DeepLIFT rules),
+written once in ``keras.ops``, the same on every backend, compiled with the
+rest of the pass.
 
 Rules for Dense / Conv layers (:class:`Epsilon`, :class:`Gamma`,
 :class:`ZPlus`, :class:`AlphaBeta`, :class:`Flat`, :class:`ZBox`) follow

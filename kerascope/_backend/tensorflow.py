@@ -159,9 +159,14 @@ def compile_gradients(
         if on_trace is not None:
             on_trace()
         watched = [inputs[i] for i in wrt]
-        with tf.GradientTape() as tape:
+        # only what is differentiated is watched: with every variable the model reads watched (the default),
+        # the tape recorded the whole forward pass, and a gradient w.r.t. a late layer (Grad-CAM) traced
+        # the backward pass of the entire network, kernels' gradients included, for Grappler to prune
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
             if wrt:
                 tape.watch(watched)
+            if weights:
+                tape.watch(weights)
 
             def transform(_: int, __: Any, output: Any) -> Any:
                 tape.watch(output)

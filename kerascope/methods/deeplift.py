@@ -7,6 +7,8 @@ ReLUs', DeepLIFT every non-linearity's (see :mod:`kerascope.core.deeplift_rules`
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -142,14 +144,17 @@ class _Runner:
         held = [a for k, a in enumerate(self.inputs.arrays) if k not in self.wrt]
         return all(_constant_rows(a) for a in [*references, *held])
 
-    def shared(self, reference: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    def shared(
+        self, reference: list[np.ndarray], reference_outputs: Callable[[], np.ndarray] | None = None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
         """``(attributions, f(x), targets, f(reference))`` against one reference (one row per model input).
 
         Each pass is ``batch_size - 1`` inputs and, last, the reference. The reference row is
         scored in the pass for the chunk's first target (a callable target: for itself); when
         that is every input's target class (one class for all, the usual ``explain(x, 3)``) its
         scores come from the pass, otherwise from one forward pass of that one row (on the demo
-        model a tenth of the call)."""
+        model a tenth of the call), or from ``reference_outputs()`` (the model's outputs at the
+        reference, one row) when given: DeepLiftShap scores all its background rows in one pass."""
         method, inputs, n = self.method, self.inputs, self.inputs.num_samples
         attributions = [np.zeros(inputs.arrays[i].shape, np.float32) for i in self.wrt]
         scores, resolved = np.zeros(n, np.float32), np.zeros(n, np.int64)
@@ -174,7 +179,8 @@ class _Runner:
         if callable(self.targets) or same_class:
             base = np.full(n, last, np.float32)
         else:
-            outputs = method.engine.select(method.engine.forward(Inputs(inputs.model_arg(reference))))
+            outputs = (reference_outputs() if reference_outputs is not None
+                       else method.engine.select(method.engine.forward(Inputs(inputs.model_arg(reference)))))
             base = np.asarray(outputs, np.float32).reshape(-1)[resolved]
         _check_summation(_sums(attributions), scores, base, method.engine.precision)
         return attributions, scores, resolved, base
@@ -402,10 +408,20 @@ class DeepLiftShap(DeepLIFT):
         base_scores = np.zeros(n, np.float64)
         if runner.can_share([]):  # the other inputs are the same in every sample: one background row per pass
             rows, weights = np.unique(choice, return_counts=True)
-            for row, weight in zip(rows, weights / k, strict=True):
-                reference = [background[wrt.index(j)][row : row + 1] if j in wrt else a[:1]
-                             for j, a in enumerate(inputs.arrays)]
-                parts, scores, resolved, base = runner.shared(reference)
+            references = [background[wrt.index(j)][rows] if j in wrt else np.repeat(a[:1], len(rows), axis=0)
+                          for j, a in enumerate(inputs.arrays)]
+            scored: list[np.ndarray] = []
+
+            def outputs_at(i: int) -> np.ndarray:  # every background row's outputs in one pass, when needed
+                if not scored:
+                    engine = self.engine
+                    outputs = engine.forward(Inputs(inputs.model_arg(references)), batch_size=self.batch_size)
+                    scored.append(np.asarray(engine.select(outputs), np.float32))
+                return scored[0][i : i + 1]
+
+            for i, weight in enumerate(weights / k):
+                reference = [r[i : i + 1] for r in references]
+                parts, scores, resolved, base = runner.shared(reference, functools.partial(outputs_at, i))
                 for acc, part in zip(attributions, parts, strict=True):
                     acc += weight * part
                 base_scores += weight * base

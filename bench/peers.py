@@ -16,7 +16,11 @@ also given as a multiple of it: a peer within 1.15x of the floor cannot be
 beaten by much, and then being at the floor is what counts.
 
 All images get the same target class (tf-explain explains one class index
-per call). Parameters are matched: the same number of noise samples, IG
+per call). None of the peers returns the target scores, so kerascope runs with
+``scores=False`` (no clean forward pass spent on ``Explanation.scores``; only
+SmoothGrad, VarGrad and RISE spend one, ``SCORES_ONLY_FORWARD``) and
+``--with-scores`` adds a ``kerascope+scores`` row with its default
+(``scores=True``) for the cost of that pass. Parameters are matched: the same number of noise samples, IG
 steps, occlusion window, Score-CAM layer (and its channel count).
 
 Usage:
@@ -102,21 +106,24 @@ def build_model(name: str, size: int = 224) -> tuple[Any, str, str]:
     raise SystemExit(f"Unknown model. Received: --model {name!r}.")
 
 
-def kerascope_calls(model: Any, args: argparse.Namespace, cam: str, score: str) -> dict[str, Callable]:
+def kerascope_calls(model: Any, args: argparse.Namespace, cam: str, score: str,
+                    scores: bool = False) -> dict[str, Callable]:
+    """kerascope's calls; ``scores=False`` (the peers return no scores) for ``SCORES_ONLY_FORWARD``."""
     import kerascope as ks
 
     b = {"batch_size": args.chunk}
+    s = {**b, "scores": scores}  # the methods whose clean forward pass serves only Explanation.scores
     return {
         "saliency": lambda x, t: ks.Saliency(model, **b).explain(x, t),
-        "smoothgrad": lambda x, t: ks.SmoothGrad(model, samples=args.samples, noise=0.2, **b).explain(x, t),
-        "vargrad": lambda x, t: ks.VarGrad(model, samples=args.samples, noise=0.2, **b).explain(x, t),
+        "smoothgrad": lambda x, t: ks.SmoothGrad(model, samples=args.samples, noise=0.2, **s).explain(x, t),
+        "vargrad": lambda x, t: ks.VarGrad(model, samples=args.samples, noise=0.2, **s).explain(x, t),
         "integrated_gradients": lambda x, t: ks.IntegratedGradients(
             model, steps=args.steps, method="riemann_trapezoid", **b).explain(x, t),
         "gradcam": lambda x, t: ks.GradCAM(model, layer=cam, **b).explain(x, t),
         "gradcam_plusplus": lambda x, t: ks.GradCAMPlusPlus(model, layer=cam, **b).explain(x, t),
         "scorecam": lambda x, t: ks.ScoreCAM(model, layer=score, **b).explain(x, t),
         "occlusion": lambda x, t: ks.Occlusion(model, window=args.window, **b).explain(x, t),
-        "rise": lambda x, t: ks.RISE(model, masks=args.masks, cell=args.grid, p=0.5, **b).explain(x, t),
+        "rise": lambda x, t: ks.RISE(model, masks=args.masks, cell=args.grid, p=0.5, **s).explain(x, t),
     }
 
 
@@ -269,6 +276,10 @@ def worker(args: argparse.Namespace) -> None:
                 status[library] = f"ok {md.version(library)}"
         except Exception as error:
             status[library] = f"import failed: {type(error).__name__}: {error}"
+    if args.with_scores and "kerascope" in calls:
+        calls["kerascope+scores"] = {m: fn for m, fn in kerascope_calls(model, args, cam, score, scores=True).items()
+                                     if m in SCORES_ONLY_FORWARD}
+        status["kerascope+scores"] = "kerascope's default scores=True (one clean forward pass more)"
     load = os.getloadavg()
     print(f"model={args.model} size={shape[0]} images={args.images} batch_size={args.chunk} samples={args.samples} "
           f"steps={args.steps} masks={args.masks} window={args.window}"
@@ -332,6 +343,9 @@ def main() -> None:
     parser.add_argument("--floor-without-scores", action="store_true",
                         help="add a floor row without the clean forward pass that serves only the returned scores "
                              f"({', '.join(SCORES_ONLY_FORWARD)})")
+    parser.add_argument("--with-scores", action="store_true",
+                        help="add a kerascope+scores row: kerascope's default scores=True (the peers return no "
+                             f"scores, so the kerascope row runs scores=False; {', '.join(SCORES_ONLY_FORWARD)})")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.setup:

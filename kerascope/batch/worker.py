@@ -125,6 +125,7 @@ class BatchExplainer:
     # --- the work -----------------------------------------------------------------------
     def _explain(self, inputs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Explain one stack of inputs; returns target, predicted, score, maps."""
+        logits = None
         if np.all(targets < 0):
             explanation = self.method.explain(inputs, None)
             predicted = np.asarray(explanation.targets, np.int64)
@@ -141,8 +142,12 @@ class BatchExplainer:
         maps = maps.astype(np.dtype(self.config.map_dtype))
         if self._map_shape is None:
             self._map_shape = tuple(int(d) for d in maps.shape[1:])
-        return (np.asarray(explanation.targets, np.int64), predicted,
-                np.asarray(explanation.scores, np.float64).reshape(len(inputs)), maps)
+        if explanation.scores is not None:
+            scores = np.asarray(explanation.scores, np.float64).reshape(len(inputs))
+        else:  # scores=False: the targets' scores from the forward pass this batch ran anyway
+            flat = np.asarray(logits, np.float64).reshape(len(inputs), -1)
+            scores = np.take_along_axis(flat, np.asarray(explanation.targets, np.int64)[:, None], axis=1)[:, 0]
+        return np.asarray(explanation.targets, np.int64), predicted, scores, maps
 
     def explain_indices(self, indices: np.ndarray, targets: np.ndarray) -> dict[str, np.ndarray]:
         """Result columns for the inputs at ``indices`` (``targets``: -1 = the predicted class).

@@ -29,7 +29,9 @@ class Explanation:
     """Raw attributions (numpy) with the targets, scores, method and parameters.
 
     ``attributions`` is an array for single-input models and a list of arrays
-    (one per input) for multi-input models. Gradient methods return signed
+    (one per input) for multi-input models. ``scores`` holds each target's score at
+    the input, or is ``None`` when the method was asked not to spend a pass on it
+    (``scores=False``, see :class:`~kerascope.methods.base.Method`). Gradient methods return signed
     values of the inputs' shape; CAM methods ``(N, H, W)`` maps. Nothing is
     min-max scaled; display normalisation lives in :mod:`kerascope.viz`.
 
@@ -44,7 +46,7 @@ class Explanation:
     method: str
     params: dict[str, Any]
     targets: np.ndarray
-    scores: np.ndarray
+    scores: np.ndarray | None
     layer: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -65,7 +67,9 @@ class Explanation:
         if path.suffix != ".npz":
             path = path.with_suffix(".npz")
         path.parent.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, np.ndarray] = {"targets": self.targets, "scores": self.scores}
+        arrays: dict[str, np.ndarray] = {"targets": self.targets}
+        if self.scores is not None:  # no scores (``scores=False``): no array, loaded back as None
+            arrays["scores"] = np.asarray(self.scores)
         multi = isinstance(self.attributions, (list, tuple))
         attrs = list(self.attributions) if multi else [self.attributions]
         for i, a in enumerate(attrs):
@@ -118,7 +122,8 @@ class Explanation:
                 if not isinstance(count, int) or not 1 <= count <= 64:
                     raise ValueError(f"metadata with an invalid attribution count {count!r}")
                 attrs = [np.asarray(data[f"attributions_{i}"]) for i in range(count)]
-                targets, scores = np.asarray(data["targets"]), np.asarray(data["scores"])
+                targets = np.asarray(data["targets"])
+                scores = np.asarray(data["scores"]) if "scores" in data.files else None
                 if targets.ndim != 1 or any(a.ndim < 1 or len(a) != len(targets) for a in attrs):
                     raise ValueError(
                         f"attributions {[a.shape for a in attrs]} do not match targets {targets.shape}"

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kerascope.core import targets as targets_lib
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs
 from kerascope.numeric.chunking import chunk_ranges  # noqa: F401 - re-exported (moved to core.chunking)
@@ -37,6 +38,32 @@ def forward_scores(
         ([2.0], [1])
     """
     return engine.scores(inputs, targets, batch_size)
+
+
+def clean_scores(
+    engine: Engine, inputs: Inputs, targets: Any, batch_size: int, keep: bool = True
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """The clean pass's ``(scores, resolved targets)``, or ``(None, targets)`` when it can be skipped.
+
+    For methods that use the inputs' own scores only for ``Explanation.scores`` (the
+    ``scores=`` parameter of :class:`~kerascope.methods.base.Method`): with ``keep=False``
+    and targets that name the classes (an int, a list, a callable) no forward pass is run;
+    ``targets=None`` still needs it to pick the predicted classes. The targets are checked
+    by the method's own passes (the same checks, the same errors).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> from kerascope.core.engine import engine_for
+        >>> e = engine_for(keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)]))
+        >>> s, t = clean_scores(e, Inputs(np.ones((2, 2))), 2, 8, keep=False)
+        >>> s, t.tolist()
+        (None, [2, 2])
+        >>> clean_scores(e, Inputs(np.ones((2, 2))), None, 8, keep=False)[0].shape
+        (2,)
+    """
+    if keep or targets is None:
+        return forward_scores(engine, inputs, targets, batch_size)
+    return None, targets_lib.encode(targets, inputs.num_samples)[0].astype(np.int64)
 
 
 def row_targets(targets: Any, resolved: np.ndarray, owners: np.ndarray) -> Any:

@@ -138,6 +138,12 @@ class Method:
             the model); inputs, gradients, sums over steps / samples and attributions stay float32.
             Opt-in: the error against float32 is measured per method and model in docs/performance.md
             ("Reduced precision"); methods that cannot honour it refuse it.
+        scores: ``False`` skips the clean forward pass of the inputs whose only use is
+            ``Explanation.scores`` (SmoothGrad, SmoothGrad², VarGrad, RISE, ExpectedGradients) when ``targets`` name the classes: ``Explanation.scores`` is then
+            ``None``, the attributions are unchanged. With ``targets=None`` the pass picks the classes
+            and the scores are kept; methods whose result needs the clean score (Occlusion's
+            differences, IG's / DeepLIFT's completeness, the feature-mask methods' base score) or that
+            get it from a pass they run anyway (Saliency, Grad-CAM, ...) return it regardless.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -165,6 +171,7 @@ class Method:
         output_layer: str | None = None,
         precision: str | None = None,
         call_index: int | None = None,
+        scores: bool = True,
     ) -> None:
         check_batch_size(batch_size)
         reduced = check_precision(precision)
@@ -182,6 +189,7 @@ class Method:
         self.output_layer = _layer_path(output_layer)
         self.precision = precision
         self.call_index = check_call_index(call_index)
+        self.scores = check_flag(scores, "scores")
         self.engine: Engine = engine_for(model, output, output_index, jit_compile, self.output_layer, precision,
                                          self.call_index)
         if self.output_layer is not None:

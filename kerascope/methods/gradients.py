@@ -79,7 +79,7 @@ class LayerMethod(Method):
             method=self.name,
             params=self.params(),
             targets=np.asarray(targets),
-            scores=np.asarray(scores),
+            scores=None if scores is None else np.asarray(scores),
             layer=self.layer,
             extras={"attributed_at": "layer", **extras},
         )

@@ -32,7 +32,7 @@ from kerascope.methods._convergence import (
     run_pairs,
     warn_not_converged,
 )
-from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import Stream, clean_scores, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import check_number, check_positive_int, check_seed
 from kerascope.methods.gradients import LayerMethod
 from kerascope.methods.registry import register
@@ -599,7 +599,8 @@ class ExpectedGradients(PathMethod):
             and ``extras["estimated_error"]`` record it per sample.
         max_samples: the most draws per input with ``tolerance=``.
 
-    Cost: ``samples`` forward+backward passes per input plus one forward pass.
+    Cost: ``samples`` forward+backward passes per input plus one forward pass (none with ``scores=False``
+    and given targets).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -672,7 +673,7 @@ class ExpectedGradients(PathMethod):
         rng = np.random.default_rng(self.seed)
         choice = rng.integers(0, len(background[0]), size=self.samples)
         alphas = rng.uniform(0.0, 1.0, size=self.samples)
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
 
         def path_rows(rows: np.ndarray) -> Any:
             owners, draws = rows // self.samples, rows % self.samples
@@ -700,7 +701,7 @@ class ExpectedGradients(PathMethod):
         # one item per pair: (u, alpha), both uniform, drawn row by row so that an item depends only on
         # the seed and its index (never on the chunking); the baseline is background[floor(u * count)]
         draws = Stream(self.seed, lambda rng, k: rng.uniform(0.0, 1.0, size=(k, 2)))
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
 
         def chunks(active: np.ndarray, done: int, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
             def path_rows(rows: np.ndarray) -> Any:

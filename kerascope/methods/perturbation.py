@@ -16,7 +16,7 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.spatial import choose_input
-from kerascope.methods._folding import Stream, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import Stream, clean_scores, forward_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method, check_number, check_positive_int, check_seed
 from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_ranges
@@ -285,7 +285,7 @@ class RISE(Method):
         input_index: which input of a multi-input model to mask (a position or an input name;
             default: the only image-like input, else an error asking to choose).
 
-    Cost: ``masks`` forward passes per image, plus one.
+    Cost: ``masks`` forward passes per image, plus one (none with ``scores=False`` and given targets).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -330,7 +330,7 @@ class RISE(Method):
         n, size = len(x), x.shape[1:3]
         cells = _per_axis(self.cell, 2, "cell")
         stream = rise_stream(cells, size, self.p, self.seed)
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         total = np.zeros((n, *size), np.float64)
         # Rows are mask-major: row r applies mask r // n to image r % n.
         for rows in chunk_ranges(n * self.masks, self.batch_size):

@@ -26,7 +26,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.methods import _layer, registry
 from kerascope.methods._convergence import pair_chunk_rows, pair_rows, pair_samples, run_pairs
-from kerascope.methods._folding import Stream, as_list, forward_scores, reduce_rows, row_targets
+from kerascope.methods._folding import Stream, as_list, clean_scores, reduce_rows, row_targets
 from kerascope.methods.base import Method, check_number, check_seed
 from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_ranges
@@ -164,7 +164,7 @@ class NoiseWrapper(Method):
         # the inputs the base attributes (its input_index), else (DeepLIFT) every input, float ones noised
         chooses = hasattr(self._base, "attributed_inputs")
         wrt = self._base.attributed_inputs(inputs) if chooses else list(range(len(inputs.arrays)))
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         noised = [k in wrt and np.issubdtype(a.dtype, np.floating) for k, a in enumerate(inputs.arrays)]
         sigmas = [
             self.noise * (a.reshape(n, -1).max(axis=1) - a.reshape(n, -1).min(axis=1)) if f else None
@@ -226,7 +226,7 @@ class NoiseWrapper(Method):
         """``layer=``: the noise is added to the layer's activation (its output is replaced by the
         noisy value), ``sigma = noise * (max - min)`` of each sample's activation."""
         n, s = inputs.num_samples, self.samples
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         acts = _layer.activations(self.engine, inputs, self._layer, self.batch_size)
         flat = acts.reshape(n, -1)
         sigma = (self.noise * (flat.max(axis=1) - flat.min(axis=1))).astype(np.float32)
@@ -255,7 +255,7 @@ class NoiseWrapper(Method):
         """Antithetic noise (``z``, ``-z``) in rounds of pairs until every sample's estimated noise
         fraction (:class:`~kerascope.methods._convergence.PairMoments`) is ``<= tolerance``."""
         n = inputs.num_samples
-        scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         chooses = self._layer is None and hasattr(self._base, "attributed_inputs")
         if self._layer is not None:
             ends = [_layer.activations(self.engine, inputs, self._layer, self.batch_size)]
@@ -318,7 +318,8 @@ class SmoothGrad(NoiseWrapper):
     """Mean attribution over Gaussian-noised copies of the input (Smilkov et al., 2017).
 
     Cost: ``samples`` times the base method (Saliency: one forward and one
-    backward pass per noisy copy), plus one forward pass per input.
+    backward pass per noisy copy), plus one forward pass per input (none with
+    ``scores=False`` and given targets).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks

@@ -57,8 +57,7 @@ def explanation_html(explanation: Any, limit: int = 8) -> str:
             picture = tokens_html(a)
         else:
             picture = f"<code>shape {a.shape}</code>"
-        cells.append(
-            f"<td>{picture}<br>target {int(explanation.targets[i])}, score {float(explanation.scores[i]):.3g}</td>"
-        )
+        score = "" if explanation.scores is None else f", score {float(explanation.scores[i]):.3g}"
+        cells.append(f"<td>{picture}<br>target {int(explanation.targets[i])}{score}</td>")
     title = html.escape(f"{explanation.method} ({len(explanation)} samples)")
     return f"<div><b>{title}</b><table><tr>{''.join(cells)}</tr></table></div>"

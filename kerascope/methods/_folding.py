@@ -54,7 +54,8 @@ def clean_scores(
     Example:
         >>> import keras, numpy as np
         >>> from kerascope.core.engine import engine_for
-        >>> e = engine_for(keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)]))
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+        >>> e = engine_for(m)  # the engine holds the model weakly: keep a reference
         >>> s, t = clean_scores(e, Inputs(np.ones((2, 2))), 2, 8, keep=False)
         >>> s, t.tolist()
         (None, [2, 2])

@@ -56,6 +56,7 @@ def measure(name: str, size: int, args: argparse.Namespace) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     from suite import Baselines, build_model, peak_kib, reset_peak  # bench/suite.py
+    from timing import rotating_calls  # bench/timing.py
 
     model = build_model(name, size)
     base = Baselines(model, model.layers[-1], False)
@@ -72,12 +73,7 @@ def measure(name: str, size: int, args: argparse.Namespace) -> None:
     for run in runs.values():  # warm-up (oneDNN primitives for this shape)
         run()
     # bench/timing.py's rotation, with two clocks per call
-    pairs: dict[int, list[tuple[float, float]]] = {rows: [] for rows in args.rows}
-    order = list(args.rows)
-    for round_ in range(args.repeats):
-        shift = round_ % len(order)
-        for rows in order[shift:] + order[:shift]:
-            pairs[rows].append(timed(runs[rows])())
+    pairs = rotating_calls({rows: timed(runs[rows]) for rows in args.rows}, args.repeats)
     cpu = {rows: [c * 1000 / max(rows, args.total_rows) for c, _ in pairs[rows]] for rows in args.rows}
     wall = {rows: [w * 1000 / max(rows, args.total_rows) for _, w in pairs[rows]] for rows in args.rows}
     ref = DEFAULT if DEFAULT in args.rows else args.rows[0]

@@ -214,9 +214,10 @@ def cases_for(
             # inputs and the one zeros reference they share)
             cases.append(Case(name, lambda c=cls: c(model, **common), [("grad", n)], "zeros reference"))
         elif name == "deeplift_shap":
-            background = np.random.default_rng(2).uniform(0, 1, (4, *x.shape[1:])).astype(np.float32)
+            rows = args.background
+            background = np.random.default_rng(2).uniform(0, 1, (rows, *x.shape[1:])).astype(np.float32)
             cases.append(Case(name, lambda c=cls, b=background: c(model, baseline=b, **common),
-                              [("grad", n * 4)], "4 background rows"))
+                              [("grad", n * rows)], f"{rows} background rows"))
         elif name == "lrp":  # one forward + backward per chunk; each rule term adds one evaluation of its layer
             cases.append(Case(name, lambda c=cls: c(model, composite="epsilon_plus", **common), [("grad", n)],
                               "epsilon_plus"))
@@ -284,6 +285,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=32, help="rows per compiled call (batch_size)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side after 2 warm-ups")
     parser.add_argument("--samples", type=int, default=16, help="SmoothGrad/VarGrad/ExpectedGradients samples")
+    parser.add_argument("--background", type=int, default=4, help="DeepLiftShap background rows")
     parser.add_argument("--steps", type=int, default=16, help="IntegratedGradients steps")
     parser.add_argument("--masks", type=int, default=64, help="RISE masks")
     parser.add_argument("--occlusion-window", type=int, default=None,

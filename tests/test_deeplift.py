@@ -157,14 +157,24 @@ def test_baseline_scores_are_the_model_at_the_baseline(targets):
     assert summation_ok(e)
 
 
-def test_deeplift_shap_averages_deeplift_over_the_background():
+def test_deeplift_shap_averages_deeplift_over_the_background(monkeypatch):
     model = mixed_model(1)
     x = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)
     background = RNG.uniform(0, 1, (3, 8, 8, 3)).astype(np.float32)
-    shap = ks.DeepLiftShap(model, baseline=background, batch_size=4).explain(x, [0, 2])
     singles = [ks.DeepLIFT(model, baseline=b).explain(x, [0, 2]).attributions for b in background]
-    np.testing.assert_allclose(shap.attributions, np.mean(singles, axis=0), rtol=1e-4, atol=1e-6)
-    assert summation_ok(shap)
+    rows = []  # rows of every compiled pass: several background rows share one, never over batch_size
+    gradients = ks.core.engine.Engine.gradients
+    monkeypatch.setattr(ks.core.engine.Engine, "gradients",
+                        lambda self, inputs, *a, **k: rows.append(inputs.num_samples) or gradients(self, inputs, *a, **k))
+    # batch_size 4: one background row per pass (3 rows); 7: two groups of (2 inputs + 1 background row)
+    # then one; 32: all three in one pass. Max pooling, the product rule and keras.ops nodes in each.
+    for batch_size, passes in [(4, [3, 3, 3]), (7, [6, 3]), (32, [9])]:
+        rows.clear()
+        shap = ks.DeepLiftShap(model, baseline=background, batch_size=batch_size).explain(x, [0, 2])
+        assert rows == passes
+        np.testing.assert_allclose(shap.attributions, np.mean(singles, axis=0), rtol=1e-4, atol=1e-6)
+        assert summation_ok(shap)
+    monkeypatch.undo()
     np.testing.assert_array_equal(shap.extras["baseline_indices"], [0, 1, 2])
     drawn = ks.DeepLiftShap(model, baseline=background, samples=2, seed=3).explain(x, [0, 2])
     again = ks.DeepLiftShap(model, baseline=background, samples=2, seed=3).explain(x[1:], 2)

@@ -100,6 +100,81 @@ def _twice(x: Any) -> Any:
     return keras.ops.concatenate([x, x], axis=0)
 
 
+class Shared:
+    """Where each row's reference is in a shared-reference batch (``group`` rows per reference).
+
+    ``group=None``: the batch is inputs and, last, ONE reference row for all
+    of them. ``group=L``: the batch is groups of ``L`` rows, each ``L - 1``
+    inputs and, last, their reference (DeepLiftShap: several background rows
+    in one pass). Only reshapes and broadcasts: no row is copied to pair it.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> v = keras.ops.convert_to_tensor(np.array([[1.0], [2.0], [10.0], [3.0], [4.0], [20.0]], "float32"))
+        >>> keras.ops.convert_to_numpy(Shared(3).minus_reference(v)).ravel().tolist()
+        [-9.0, -8.0, 0.0, -17.0, -16.0, 0.0]
+        >>> keras.ops.convert_to_numpy(Shared(None).minus_reference(v)).ravel().tolist()
+        [-19.0, -18.0, -10.0, -17.0, -16.0, 0.0]
+    """
+
+    def __init__(self, group: int | None = None) -> None:
+        if group is not None and int(group) < 2:
+            raise ValueError(f"A group holds inputs and their reference: at least 2 rows. Received: group={group!r}.")
+        self.group = None if group is None else int(group)
+
+    def _grouped(self, v: Any) -> Any:
+        rest = tuple(v.shape[1:])
+        if any(d is None for d in rest):
+            rest = tuple(keras.ops.shape(v)[1:])
+        return keras.ops.reshape(v, (-1, self.group, *rest)), rest
+
+    def _apply(self, v: Any, fn: Callable[[Any, Any], Any]) -> Any:
+        """``fn(v, reference of each row)`` (broadcast), in ``v``'s layout."""
+        if self.group is None:
+            return fn(v, v[-1:])
+        grouped, rest = self._grouped(v)
+        return keras.ops.reshape(fn(grouped, grouped[:, -1:]), (-1, *rest))
+
+    def minus_reference(self, v: Any) -> Any:
+        """``v`` minus each row's reference row (zero on the reference rows)."""
+        return self._apply(v, lambda a, r: a - r)
+
+    def mean_with_reference(self, v: Any) -> Any:
+        """``(v + v') / 2`` for each row and its reference row (the reference rows stay as they are)."""
+        return self._apply(v, lambda a, r: (a + r) * 0.5)
+
+    def inputs(self, v: Any) -> Any:
+        """The input rows (every row but the references), in order."""
+        if self.group is None:
+            return v[:-1]
+        grouped, rest = self._grouped(v)
+        return keras.ops.reshape(grouped[:, :-1], (-1, *rest))
+
+    def reference_copies(self, v: Any) -> Any:
+        """Each input row's reference row, one copy per input row (as :meth:`inputs` orders them)."""
+        if self.group is None:
+            return keras.ops.zeros_like(v[:-1]) + v[-1:]
+        grouped, rest = self._grouped(v)
+        return keras.ops.reshape(keras.ops.zeros_like(grouped[:, :-1]) + grouped[:, -1:], (-1, *rest))
+
+    def join(self, inputs: Any, batch: Any) -> Any:
+        """``inputs`` (as :meth:`inputs` orders them) with the reference rows taken from ``batch``."""
+        if self.group is None:
+            return keras.ops.concatenate([inputs, batch[-1:]], axis=0)
+        grouped, rest = self._grouped(batch)
+        parts = keras.ops.reshape(inputs, (-1, self.group - 1, *rest))
+        return keras.ops.reshape(keras.ops.concatenate([parts, grouped[:, -1:]], axis=1), (-1, *rest))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shared) and other.group == self.group
+
+    def __hash__(self) -> int:
+        return hash(("shared", self.group))
+
+    def __repr__(self) -> str:
+        return f"Shared({self.group})"
+
+
 def _safe_divide(numerator: Any, delta_in: Any, fallback: Any, eps: float = EPS) -> Any:
     """``numerator / delta_in``, ``fallback`` where ``|delta_in| < eps`` (Captum's ``torch.where``).
 
@@ -110,14 +185,22 @@ def _safe_divide(numerator: Any, delta_in: Any, fallback: Any, eps: float = EPS)
     return keras.ops.where(keras.ops.abs(delta_in) < eps, fallback, numerator / delta_in)
 
 
+def _layout(shared: bool | Shared) -> Shared | None:
+    """``shared`` as a :class:`Shared` layout (``True``: one reference row last), or ``None`` for pairs."""
+    if isinstance(shared, Shared):
+        return shared
+    return Shared(None) if shared else None
+
+
 def rescale_backward(
-    xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]], shared: bool = False
+    xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]], shared: bool | Shared = False
 ) -> list[Any]:
     """The rescale rule: ``dy * (f(x) - f(x')) / (x - x')`` (``f``'s gradient where ``|x - x'| < 1e-10``).
 
     ``shared=False``: the batch is inputs then their references (two halves);
-    ``shared=True``: inputs then one reference row shared by all of them (the
-    reference row keeps its ordinary gradient; it is never read).
+    ``shared=True``: inputs then one reference row shared by all of them; a
+    :class:`Shared` layout: groups of inputs each followed by their reference
+    (the reference rows keep their ordinary gradient; they are never read).
 
     Example:
         >>> import keras, numpy as np
@@ -129,12 +212,13 @@ def rescale_backward(
     """
     x = xs[0]
     fallback = vjp(dy)[0]
-    if not shared:
+    layout = _layout(shared)
+    if layout is None:
         xa, xb = _halves(x)
         ya, yb = _halves(y)
         return [_safe_divide(dy * _twice(ya - yb), _twice(xa - xb), fallback)]
-    # on the whole batch: the reference row's own difference is 0, so it keeps its ordinary gradient
-    return [_safe_divide(dy * (y - y[-1:]), x - x[-1:], fallback)]
+    # on the whole batch: a reference row's own difference is 0, so it keeps its ordinary gradient
+    return [_safe_divide(dy * layout.minus_reference(y), layout.minus_reference(x), fallback)]
 
 
 def maxpool_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
@@ -161,14 +245,17 @@ def maxpool_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[A
     return [_safe_divide(_twice(ra + rb), _twice(xa - xb), vjp(dy)[0])]
 
 
-def maxpool_shared_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]]) -> list[Any]:
-    """Captum's max-pooling rule with one shared reference row (the batch's last row).
+def maxpool_shared_backward(
+    xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]], layout: Shared | None = None
+) -> list[Any]:
+    """Captum's max-pooling rule with shared reference rows (default: one, the batch's last row).
 
-    ``xs = [x, r]``: the batch (inputs, then the reference) and the reference
-    repeated once per input; ``y`` is the pooling of both, stacked. Each
-    input's window passes back ``dy * (y - y')``, split between the input's
-    argmax and the reference's (routed through ``r``'s copies, one per input
-    and its own ``dy``).
+    ``xs = [x, r]``: the batch (inputs and references, as ``layout`` places
+    them) and each input's reference, one copy per input
+    (``layout.reference_copies``); ``y`` is the pooling of both, stacked.
+    Each input's window passes back ``dy * (y - y')``, split between the
+    input's argmax and the reference's (routed through ``r``'s copies, one
+    per input and its own ``dy``).
 
     Example:
         >>> import keras, numpy as np
@@ -180,25 +267,27 @@ def maxpool_shared_backward(xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any],
         >>> keras.ops.convert_to_numpy(maxpool_shared_backward([x, r], y, dy, route)[0]).tolist()
         [[1.0, 0.25], [0.0, 1.0]]
     """
+    layout = layout or Shared(None)
     x, r = xs
     n = keras.ops.shape(x)[0]
     yx, yr = y[:n], y[n:]
-    ya = yx[:-1]
+    ya = layout.inputs(yx)
     top = keras.ops.maximum(ya, yr)
-    dya = dy[: n - 1]
-    zero = keras.ops.zeros_like(dy[n - 1 : n])
-    gx, gr = vjp(keras.ops.concatenate([dya * (top - yr), zero, dya * (ya - top)], axis=0))
-    fallback = vjp(keras.ops.concatenate([dy[:n], keras.ops.zeros_like(dy[n:])], axis=0))[0]
-    multiplied = _safe_divide(gx[:-1] + gr, x[:-1] - r, fallback[:-1])
-    return [keras.ops.concatenate([multiplied, fallback[-1:]], axis=0), keras.ops.zeros_like(r)]
+    dyx = dy[:n]
+    dya = layout.inputs(dyx)
+    routed = layout.join(dya * (top - yr), keras.ops.zeros_like(dyx))
+    gx, gr = vjp(keras.ops.concatenate([routed, dya * (ya - top)], axis=0))
+    fallback = vjp(keras.ops.concatenate([dyx, keras.ops.zeros_like(dy[n:])], axis=0))[0]
+    multiplied = _safe_divide(layout.inputs(gx) + gr, layout.inputs(x) - r, layout.inputs(fallback))
+    return [layout.join(multiplied, fallback), keras.ops.zeros_like(r)]
 
 
-def product(a: Any, b: Any, shared: bool = False) -> Any:
+def product(a: Any, b: Any, shared: bool | Shared = False) -> Any:
     """``a * b`` whose gradient is the DeepLIFT product rule: ``(b + b') / 2`` for ``a``, ``(a + a') / 2`` for ``b``.
 
     The forward value is exactly ``a * b`` (``t - stop_gradient(t)`` is zero);
     broadcasting between ``a`` and ``b`` is handled by autodiff. ``shared``:
-    the reference is the batch's last row (see :func:`rescale_backward`).
+    the references are shared rows (see :func:`rescale_backward`).
 
     Example:
         >>> import keras, numpy as np
@@ -208,10 +297,11 @@ def product(a: Any, b: Any, shared: bool = False) -> Any:
         [[6.0], [0.0]]
     """
     sg = keras.ops.stop_gradient
+    layout = _layout(shared)
 
     def mean_of_halves(v: Any) -> Any:
-        if shared:
-            return sg(keras.ops.concatenate([(v[:-1] + v[-1:]) * 0.5, v[-1:]], axis=0))
+        if layout is not None:  # a reference row's own mean, (v' + v') / 2, is exactly v'
+            return sg(layout.mean_with_reference(v))
         first, second = _halves(v)
         return sg(_twice((first + second) * 0.5))
 
@@ -219,7 +309,7 @@ def product(a: Any, b: Any, shared: bool = False) -> Any:
     return sg(a * b) + (linear - sg(linear))
 
 
-def _rescaled(fn: Callable[[Any], Any], backend: Any, shared: bool = False) -> Callable[[Any], Any]:
+def _rescaled(fn: Callable[[Any], Any], backend: Any, shared: bool | Shared = False) -> Callable[[Any], Any]:
     return backend.custom_backward(fn, functools.partial(rescale_backward, shared=shared), f"deeplift_{_name(fn)}")
 
 
@@ -335,7 +425,7 @@ def _has_children(layer: keras.Layer) -> bool:
 
 
 @contextlib.contextmanager
-def deeplift_rules(model: keras.Layer, backend: Any, shared: bool = False) -> Iterator[int]:
+def deeplift_rules(model: keras.Layer, backend: Any, shared: bool | Shared = False) -> Iterator[int]:
     """Install DeepLIFT's backward rules on every non-linearity of ``model`` for the block.
 
     Element-wise ``activation`` attributes are swapped for a rescaled copy;
@@ -346,7 +436,8 @@ def deeplift_rules(model: keras.Layer, backend: Any, shared: bool = False) -> It
     they are (:func:`classify` reports them; callers refuse such models).
     ``shared=False``: each batch is inputs then one reference per input;
     ``shared=True``: inputs then ONE reference row for all of them (the
-    batch is ``N + 1`` rows instead of ``2 N``).
+    batch is ``N + 1`` rows instead of ``2 N``); a :class:`Shared` layout:
+    groups of inputs, each followed by their reference row.
 
     Example:
         >>> import keras
@@ -368,7 +459,7 @@ def deeplift_rules(model: keras.Layer, backend: Any, shared: bool = False) -> It
         yield len(sites)
 
 
-def _rule_call(obj: Any, kind: str, backend: Any, shared: bool) -> Callable[..., Any]:
+def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared) -> Callable[..., Any]:
     """The ``call`` that replaces a layer's / op's for the block (``kind``: a :func:`classify` kind)."""
     original = obj.call
     if kind == "product":
@@ -381,26 +472,27 @@ def _rule_call(obj: Any, kind: str, backend: Any, shared: bool) -> Callable[...,
         def op_product(x1: Any, x2: Any, *args: Any, **kwargs: Any) -> Any:
             return product(x1, x2, shared)
         return op_product
-    if kind == "maxpool" and shared:
+    layout = _layout(shared)
+    if kind == "maxpool" and layout is not None:
         def both(x: Any, r: Any) -> Any:
             return keras.ops.concatenate([original(x), original(r)], axis=0)
 
-        pooled = backend.custom_backward(both, maxpool_shared_backward, f"deeplift_maxpool_{obj.name}")
+        rule_of = functools.partial(maxpool_shared_backward, layout=layout)
+        pooled = backend.custom_backward(both, rule_of, f"deeplift_maxpool_{obj.name}")
 
         def shared_pool(inputs: Any, *args: Any, **kwargs: Any) -> Any:
             x = keras.ops.convert_to_tensor(inputs)
             # the reference once per input; no gradient flows to it (the rule returns zeros for it), and
             # without the stop the zeros were summed and scattered back into the batch (a slice gradient
             # of the full input: 6 of the demo model's 35 ms)
-            last = keras.ops.stop_gradient(x[-1:])
-            reference = keras.ops.zeros_like(x[:-1]) + last
+            reference = layout.reference_copies(keras.ops.stop_gradient(x))
             y = pooled(x, reference)
             # the first rows by `slice` (its gradient is a pad; a strided slice's was 2 ms on the demo model)
             return keras.ops.slice(y, [0] * len(y.shape), [keras.ops.shape(x)[0], *keras.ops.shape(y)[1:]])
         return shared_pool
     rule = rescale_backward if kind == "elementwise" else maxpool_backward
-    if shared:
-        rule = functools.partial(rule, shared=True)
+    if layout is not None:
+        rule = functools.partial(rule, shared=layout)
 
     def one(x: Any) -> Any:
         return original(x)
@@ -413,32 +505,37 @@ def _rule_call(obj: Any, kind: str, backend: Any, shared: bool) -> Callable[...,
 
 
 class DeepLiftBackward:
-    """A backward rule for :meth:`Engine.gradients` (``rule=``): DeepLIFT, pairs or one shared reference.
+    """A backward rule for :meth:`Engine.gradients` (``rule=``): DeepLIFT, pairs or shared references.
 
     ``shared=False`` is ``rule="deeplift"`` (inputs, then one reference per
     input); ``shared=True``: the batch is the inputs and, last, one reference
-    row that every input is compared with. Equal objects share one compiled
-    function.
+    row that every input is compared with; ``group=L`` (with ``shared``):
+    groups of ``L`` rows, ``L - 1`` inputs then their reference (several
+    references per pass). Equal objects share one compiled function.
 
     Example:
-        >>> import keras
-        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="relu")])
         >>> DeepLiftBackward(True) == DeepLiftBackward(True), DeepLiftBackward(True) == DeepLiftBackward(False)
         (True, False)
+        >>> DeepLiftBackward(True, group=9)
+        DeepLiftBackward(shared=True, group=9)
     """
 
-    def __init__(self, shared: bool) -> None:
+    def __init__(self, shared: bool, group: int | None = None) -> None:
+        if group is not None and not shared:
+            raise ValueError(f"`group` needs shared references. Received: shared={shared!r}, group={group!r}.")
         self.shared = bool(shared)
+        self.group = None if group is None else Shared(group).group
 
     def install(self, model: keras.Layer, backend: Any) -> contextlib.AbstractContextManager[int]:
         """Enter to install the rules on ``model`` for one trace."""
-        return deeplift_rules(model, backend, self.shared)
+        return deeplift_rules(model, backend, Shared(self.group) if self.shared else False)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, DeepLiftBackward) and other.shared == self.shared
+        return isinstance(other, DeepLiftBackward) and (other.shared, other.group) == (self.shared, self.group)
 
     def __hash__(self) -> int:
-        return hash(("deeplift", self.shared))
+        return hash(("deeplift", self.shared, self.group))
 
     def __repr__(self) -> str:
-        return f"DeepLiftBackward(shared={self.shared})"
+        group = "" if self.group is None else f", group={self.group}"
+        return f"DeepLiftBackward(shared={self.shared}{group})"

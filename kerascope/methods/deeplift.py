@@ -185,6 +185,59 @@ class _Runner:
         _check_summation(_sums(attributions), scores, base, method.engine.precision)
         return attributions, scores, resolved, base
 
+    def groups_per_pass(self, references: int) -> int:
+        """How many references :meth:`grouped` puts in one pass (all inputs each): 0 or 1 when it does not pay."""
+        return min(references, self.method.batch_size // (self.inputs.num_samples + 1))
+
+    def grouped(
+        self, references: list[np.ndarray], weights: np.ndarray, reference_outputs: Callable[[int], np.ndarray]
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """``(sum_j weights[j] * attributions against reference j, f(x), targets, sum_j weights[j] f(r_j))``.
+
+        ``references``: one array per model input, ``K`` rows each. Each pass holds
+        :meth:`groups_per_pass` groups of ``N + 1`` rows: every input, then one reference
+        (the rules find each row's reference by the group length), so ``K`` references cost
+        ``ceil(K / groups)`` passes of at most ``batch_size`` rows instead of ``K`` passes.
+        A reference row is scored for its group's first target; when that is not every
+        input's class, its scores come from ``reference_outputs(j)`` (the model's outputs at
+        reference ``j``, one row). Accumulated in float64, reference by reference, as
+        :meth:`shared` calls one by one would be.
+        """
+        method, inputs, n = self.method, self.inputs, self.inputs.num_samples
+        length, count = n + 1, len(references[0])
+        rule = DeepLiftBackward(shared=True, group=length)
+        attributions = [np.zeros(inputs.arrays[i].shape, np.float64) for i in self.wrt]
+        base = np.zeros(n, np.float64)
+        for refs in chunk_ranges(count, max(1, self.groups_per_pass(count))):
+            g = len(refs)
+            arrays = []
+            for a, r in zip(inputs.arrays, references, strict=True):
+                rows = np.empty((g, length, *a.shape[1:]), a.dtype)
+                rows[:, :n], rows[:, n] = a, r[refs].astype(a.dtype)
+                arrays.append(rows.reshape(g * length, *a.shape[1:]))
+            if callable(self.targets) or self.targets is None:
+                targets = self.targets
+            else:
+                targets = np.tile(np.append(self.indices, self.indices[0]), g)
+            result = method.engine.gradients(Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
+                                             rule=rule, batch_size=g * length)
+            scores = result.scores.reshape(g, length)
+            classes = np.asarray(result.targets).reshape(g, length)
+            grads = [grad.reshape(g, length, *grad.shape[1:]) for grad in result.input_grads]
+            for j, ref in enumerate(refs):
+                parts = [grad[j, :n] * (inputs.arrays[i] - references[i][ref : ref + 1])
+                         for grad, i in zip(grads, self.wrt, strict=True)]
+                if callable(self.targets) or np.all(classes[j, :n] == classes[j, n]):
+                    row_base = np.full(n, scores[j, n], np.float32)
+                else:
+                    outputs = np.asarray(reference_outputs(int(ref)), np.float32).reshape(-1)
+                    row_base = outputs[classes[j, :n]]
+                _check_summation(_sums(parts), scores[j, :n], row_base, method.engine.precision)
+                for acc, part in zip(attributions, parts, strict=True):
+                    acc += weights[ref] * part
+                base += weights[ref] * row_base
+        return attributions, scores[0, :n], classes[0, :n].astype(np.int64), base
+
     def resolved(self) -> np.ndarray:
         """The target classes (the predicted ones need a forward pass first: the pairs share them)."""
         if self._resolved is None:
@@ -363,9 +416,12 @@ class DeepLiftShap(DeepLIFT):
     ``extras``: ``baseline_indices`` (the background rows used),
     ``baseline_scores`` (the mean score over them) and ``completeness_error``
     (``sum(attr) - (f(x) - mean f(b))``). Cost: DeepLIFT once per background
-    row, each on ``N + 1`` rows (the inputs share the background row); on
-    ``2 N`` rows per background row when the other inputs of a multi-input
-    model differ between samples.
+    row, each on ``N + 1`` rows (the inputs share the background row); when
+    ``N + 1`` rows fit more than once in ``batch_size``, one pass holds
+    ``batch_size // (N + 1)`` background rows (one group of ``N + 1`` rows
+    each: e.g. one image and 16 background rows, one pass of 32 rows instead
+    of 16 of 2); on ``2 N`` rows per background row when the other inputs of
+    a multi-input model differ between samples.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -406,7 +462,7 @@ class DeepLiftShap(DeepLIFT):
         runner = _Runner(self, inputs, targets, wrt)
         attributions = [np.zeros(inputs.arrays[i].shape, np.float64) for i in wrt]
         base_scores = np.zeros(n, np.float64)
-        if runner.can_share([]):  # the other inputs are the same in every sample: one background row per pass
+        if runner.can_share([]):  # the other inputs are the same in every sample: shared background rows
             rows, weights = np.unique(choice, return_counts=True)
             references = [background[wrt.index(j)][rows] if j in wrt else np.repeat(a[:1], len(rows), axis=0)
                           for j, a in enumerate(inputs.arrays)]
@@ -419,12 +475,15 @@ class DeepLiftShap(DeepLIFT):
                     scored.append(np.asarray(engine.select(outputs), np.float32))
                 return scored[0][i : i + 1]
 
-            for i, weight in enumerate(weights / k):
-                reference = [r[i : i + 1] for r in references]
-                parts, scores, resolved, base = runner.shared(reference, functools.partial(outputs_at, i))
-                for acc, part in zip(attributions, parts, strict=True):
-                    acc += weight * part
-                base_scores += weight * base
+            if runner.groups_per_pass(len(rows)) > 1:  # several background rows per pass, all inputs each
+                attributions, scores, resolved, base_scores = runner.grouped(references, weights / k, outputs_at)
+            else:  # one background row per pass (the inputs fill the batch)
+                for i, weight in enumerate(weights / k):
+                    reference = [r[i : i + 1] for r in references]
+                    parts, scores, resolved, base = runner.shared(reference, functools.partial(outputs_at, i))
+                    for acc, part in zip(attributions, parts, strict=True):
+                        acc += weight * part
+                    base_scores += weight * base
         else:
             scores = np.zeros(n, np.float32)
             for rows in chunk_ranges(n * k, max(1, self.batch_size // 2)):

@@ -48,7 +48,7 @@ for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
   if [ "$backend" = torch ]; then
-    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py)
+    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py)
   fi
   KERAS_BACKEND=$backend "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

@@ -21,6 +21,7 @@ import numpy as np
 
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
+from kerascope.core.bn_fold import fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure
@@ -130,6 +131,9 @@ class Engine:
     ``call_index`` chooses the call of a probed layer (or ``output_layer``) that the
     model calls more than once (a shared layer; see :mod:`kerascope.core.calls`):
     such a layer without ``call_index`` raises :class:`~kerascope.core.calls.SharedLayerError`.
+    ``fold_batchnorm=True`` (default) runs each Conv / Dense layer followed only by a
+    ``BatchNormalization`` as one layer inside the compiled passes (``core/bn_fold.py``; the model is
+    not changed; float32 rounding differs, ~1e-6 relative); ``False`` runs the model's own graph.
 
     Example:
         >>> import keras, numpy as np
@@ -148,6 +152,7 @@ class Engine:
         output_layer: str | None = None,
         precision: str | None = None,
         call_index: int | None = None,
+        fold_batchnorm: bool = True,
     ) -> None:
         if not isinstance(model, keras.Layer):
             raise TypeError(
@@ -161,6 +166,7 @@ class Engine:
         self.output_layer = output_layer
         self.precision = check_precision(precision)  # None (float32) or the reduced compute type
         self.call_index = check_call_index(call_index)
+        self.fold_batchnorm = fold_batchnorm
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
 
@@ -600,6 +606,7 @@ class Engine:
         transform: Callable[[int, keras.Layer, Any], Any] | None = None,
         rule: str | None = None,
         positions: Sequence[int | None] | None = None,
+        fold: bool = True,
     ) -> tuple[Any, Any]:
         """What every compiled function (gradients, forward, scorer) traces: ``(explained, recorder)``.
 
@@ -607,6 +614,9 @@ class Engine:
         when given, at the call ``positions`` chooses) and ReLU gradients overridden by ``rule``,
         then :meth:`call_model` (the
         softmax layers in ``bypass`` made linear, ``output_layer`` read); all undone on return.
+        With ``fold`` (and the engine's ``fold_batchnorm``, no ``rule``, float32) every Conv / Dense +
+        BatchNormalization pair that neither is probed nor is ``output_layer`` runs as one layer
+        (``core/bn_fold.py``: exact up to float32 rounding).
         """
         with contextlib.ExitStack() as stack:
             stack.enter_context(reduced_precision(self.model, self.precision))  # restored on exit
@@ -617,9 +627,32 @@ class Engine:
             elif rule is not None:
                 backend = _backend.get()
                 stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
+            if fold and rule is None and self.precision is None and self.fold_batchnorm:
+                stack.enter_context(fold_batchnorm(self.folded_pairs(layers)))  # restored on exit
             recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)
         return outputs, recorder
+
+    def folded_pairs(self, probed: Sequence[keras.Layer] = ()) -> list[tuple[keras.Layer, keras.Layer]]:
+        """The ``(Conv / Dense, BatchNormalization)`` pairs run as one layer in a float32 pass that probes ``probed``.
+
+        Empty with ``fold_batchnorm=False``. A pair with a probed layer (or ``output_layer``) is not
+        folded, so what the method reads there is the layer's own output (see ``core/bn_fold.py``).
+
+        Example:
+            >>> import keras
+            >>> x = keras.Input((4,))
+            >>> bn = keras.layers.BatchNormalization(name="bn")
+            >>> m = keras.Model(x, bn(keras.layers.Dense(2, name="d")(x)))
+            >>> [(a.name, b.name) for a, b in Engine(m).folded_pairs()], Engine(m).folded_pairs([bn])
+            ([('d', 'bn')], [])
+        """
+        if not self.fold_batchnorm:
+            return []
+        explained = self.explained_layer()
+        skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())
+        pairs = self.memo("batchnorm_pairs", lambda: foldable_pairs(self.model))
+        return [pair for pair in pairs if id(pair[0]) not in skip and id(pair[1]) not in skip]
 
     def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:
         """``(scores, resolved targets)`` of the model outputs (inside a compiled function)."""
@@ -657,7 +690,8 @@ class Engine:
                     return transform(i, layer, output)
             else:
                 replaced = transform
-            outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule, positions)
+            outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule, positions,
+                                                   fold=not weights)
             engine._check_traced_calls(recorder, layers, counts)
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
             return scores, resolved, [recorder.call(layer, at) for layer, at in zip(layers, positions, strict=True)]
@@ -1021,6 +1055,7 @@ def engine_for(
     output_layer: str | None = None,
     precision: str | None = None,
     call_index: int | None = None,
+    fold_batchnorm: bool = True,
 ) -> Engine:
     """Return the shared :class:`Engine` for this model and options (compiled functions are reused).
 
@@ -1034,8 +1069,9 @@ def engine_for(
     try:
         per_model = _ENGINES.setdefault(model, {})
     except TypeError:
-        return Engine(model, output, output_index, jit_compile, output_layer, precision, call_index)
-    key = (output, output_index, jit_compile, output_layer, precision, check_call_index(call_index))
+        return Engine(model, output, output_index, jit_compile, output_layer, precision, call_index, fold_batchnorm)
+    key = (output, output_index, jit_compile, output_layer, precision, check_call_index(call_index), bool(fold_batchnorm))
     if key not in per_model:
-        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer, precision, call_index)
+        per_model[key] = Engine(model, output, output_index, jit_compile, output_layer, precision, call_index,
+                                bool(fold_batchnorm))
     return per_model[key]

@@ -58,7 +58,8 @@ def _make_base(
     if issubclass(spec, NoiseWrapper):
         raise ValueError(f"`base` cannot itself be a noise wrapper. Received: base={base!r}.")
     common = {k: v for k, v in kwargs.items()
-              if k in ("batch_size", "output", "output_index", "jit_compile", "output_layer", "precision", "call_index")}
+              if k in ("batch_size", "output", "output_index", "jit_compile", "output_layer", "precision", "call_index",
+                       "fold_batchnorm")}
     if layer is not None and not getattr(spec, "layer_attribution", False):
         raise TypeError(
             f"`layer=` on a noise wrapper needs a base method that attributes at a layer (Saliency, "

@@ -1,0 +1,187 @@
+"""Inference-time folding of ``BatchNormalization`` into the Dense / Conv layer before it, scoped to one call.
+
+In inference a ``BatchNormalization`` is the affine map ``(z - mean) * s + beta`` with
+``s = gamma / sqrt(var + eps)``. When its only input is the output of a Dense / Conv layer
+``z = conv(x, W) + b`` that nothing else reads, the pair is one layer:
+``conv(x, W * s) + (b - mean) * s + beta``. Inside a ``with fold_batchnorm(pairs)`` block the
+Dense / Conv layer's ``call`` computes exactly that, with ``W * s`` and the bias computed from the
+live variables at every call (inside the compiled function: a model trained between two calls
+gives the new numbers), and the ``BatchNormalization``'s ``call`` returns its input. The pass then
+runs one conv instead of a conv and an element-wise normalisation over the whole activation, forward
+and backward. The model is never changed: both ``call`` attributes are restored in ``finally``
+(``core/probe.py``'s scoped patches). The values differ from the unfolded pass by float32 rounding
+only (the products are associated differently).
+
+:func:`foldable_pairs` finds the pairs for which this is provably exact: both layers in a known
+graph (the model's Functional / Sequential graph, nested ones too, never inside a subclassed layer's
+``call``), each called exactly once there, the BN's only argument the conv's output, that output read
+by nothing else (not a graph output either), a linear activation, the BN on the conv's channel axis,
+float32 layers. The fused parameters come from ``core/lrp_walk.py`` (LRP canonises the same pairs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import keras
+
+from kerascope.core.layers import child_layers
+from kerascope.core.lrp_walk import _fused_params, _on_channels, affine_function
+from kerascope.core.probe import patched_attribute
+
+__all__ = ["FOLDABLE_LAYERS", "Pair", "fold_batchnorm", "foldable_pairs"]
+
+#: Layer classes folded (exact classes: a subclass may override ``call``).
+FOLDABLE_LAYERS = ("Dense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D")
+
+Pair = tuple[keras.Layer, keras.Layer]
+"""``(dense_or_conv, batch_normalization)``."""
+
+
+def _graph(layer: keras.Layer) -> Any:
+    """The Functional graph that runs ``layer`` (a Functional model, or a built Sequential's), else None."""
+    if isinstance(layer, keras.Sequential):
+        return getattr(layer, "_functional", None)
+    if isinstance(layer, keras.Model) and hasattr(layer, "_nodes_by_depth"):
+        return layer
+    return None
+
+
+def _walk(model: keras.Layer) -> tuple[list[tuple[Any, Any]], set[int]]:
+    """``([(graph, node)], ids of layers under an opaque container)`` over the graphs reachable from ``model``."""
+    nodes: list[tuple[Any, Any]] = []
+    opaque: set[int] = set()
+    seen: set[int] = set()
+
+    def hide(layer: keras.Layer) -> None:
+        for child in child_layers(layer):
+            if id(child) not in opaque:
+                opaque.add(id(child))
+                hide(child)
+
+    def visit(container: keras.Layer) -> None:
+        graph = _graph(container)
+        if graph is None:  # a subclassed model / layer: its call() is not known, nor what it calls
+            hide(container)
+            return
+        if id(graph) in seen:
+            return
+        seen.add(id(graph))
+        for depth in sorted(graph._nodes_by_depth, reverse=True):  # inputs first
+            for node in graph._nodes_by_depth[depth]:
+                nodes.append((graph, node))
+                op = node.operation
+                if isinstance(op, keras.Layer) and (_graph(op) is not None or child_layers(op)):
+                    visit(op)
+
+    visit(model)
+    return nodes, opaque
+
+
+def _plain(layer: Any, names: Sequence[str]) -> bool:
+    """An exact built-in class among ``names``, float32, not quantised, no LoRA."""
+    return (
+        type(layer) in tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n))
+        and getattr(layer, "compute_dtype", None) == "float32"
+        and getattr(layer, "variable_dtype", None) == "float32"
+        and getattr(layer, "quantization_mode", None) is None
+        and not getattr(layer, "lora_enabled", False)
+    )
+
+
+def _affine_ok(layer: keras.Layer) -> bool:
+    if not _plain(layer, FOLDABLE_LAYERS):
+        return False
+    if getattr(getattr(layer, "activation", None), "__name__", "linear") != "linear":
+        return False
+    return getattr(layer, "padding", None) != "causal" and getattr(layer, "groups", 1) == 1
+
+
+def _inference_only(node: Any) -> bool:
+    """The BN node passes no ``training=True`` (nor any other argument) of its own."""
+    kwargs = node.arguments.kwargs
+    return all(value is None or (key == "training" and value is False) for key, value in kwargs.items())
+
+
+def foldable_pairs(model: keras.Layer) -> list[Pair]:
+    """The ``(Dense / Conv, BatchNormalization)`` pairs of ``model`` that fold exactly (see the module text).
+
+    Example:
+        >>> import keras
+        >>> x = keras.Input((8, 8, 3))
+        >>> c = keras.layers.Conv2D(4, 3, name="c")
+        >>> y = keras.layers.BatchNormalization(name="bn")(c(x))
+        >>> [(a.name, b.name) for a, b in foldable_pairs(keras.Model(x, keras.layers.ReLU()(y)))]
+        [('c', 'bn')]
+        >>> [(a.name, b.name) for a, b in foldable_pairs(keras.Model(x, [y, c.output]))]  # c's output also read
+        []
+    """
+    nodes, opaque = _walk(model)
+    calls: dict[int, int] = {}
+    readers: dict[int, int] = {}
+    for _, node in nodes:
+        calls[id(node.operation)] = calls.get(id(node.operation), 0) + 1
+        for tensor in node.arguments.keras_tensors:
+            readers[id(tensor)] = readers.get(id(tensor), 0) + 1
+    outputs = {id(t) for graph, _ in nodes for t in keras.tree.flatten(graph.outputs)}
+    pairs: list[Pair] = []
+    for _, node in nodes:
+        bn = node.operation
+        if not _plain(bn, ("BatchNormalization",)) or getattr(bn, "synchronized", False):
+            continue
+        tensors = node.arguments.keras_tensors
+        if len(tensors) != 1 or len(keras.tree.flatten(node.arguments.args)) != 1 or not _inference_only(node):
+            continue
+        z = tensors[0]
+        history = getattr(z, "_keras_history", None)
+        affine = getattr(history, "operation", None)
+        if affine is None or not _affine_ok(affine):
+            continue
+        if any(id(layer) in opaque for layer in (affine, bn)) or calls.get(id(affine)) != 1 or calls.get(id(bn)) != 1:
+            continue
+        if readers.get(id(z)) != 1 or id(z) in outputs or not _on_channels(affine, bn, len(z.shape)):
+            continue
+        pairs.append((affine, bn))
+    return pairs
+
+
+def _identity(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+    return inputs
+
+
+@contextlib.contextmanager
+def fold_batchnorm(pairs: Sequence[Pair]) -> Iterator[int]:
+    """Run each pair as one layer for the block: the conv with the fused parameters, the BN as the identity.
+
+    The fused kernel and bias are computed from the live variables at every call. Both
+    ``call`` attributes are restored on exit, also after an exception. Yields the number of
+    folded pairs.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> x = keras.Input((4,))
+        >>> m = keras.Model(x, keras.layers.BatchNormalization()(keras.layers.Dense(2)(x)))
+        >>> m.layers[2].set_weights([np.full(2, 2.0), np.ones(2), np.zeros(2), np.ones(2)])
+        >>> v = np.ones((1, 4), "float32")
+        >>> with fold_batchnorm(foldable_pairs(m)) as n:
+        ...     folded = keras.ops.convert_to_numpy(m(v))
+        >>> n, bool(np.allclose(folded, keras.ops.convert_to_numpy(m(v)), atol=1e-5))
+        (1, True)
+        >>> "call" in vars(m.layers[1])
+        False
+    """
+    with contextlib.ExitStack() as stack:
+        for affine, bn in pairs:
+            apply = affine_function(affine)
+
+            def folded_call(inputs: Any, *args: Any, __affine: keras.Layer = affine, __bn: keras.Layer = bn,
+                            __apply: Any = apply, **kwargs: Any) -> Any:
+                x = keras.ops.convert_to_tensor(inputs)
+                kernel, bias = _fused_params(__affine, __bn, len(x.shape))  # output rank == input rank
+                return __apply(x, kernel, bias)
+
+            stack.enter_context(patched_attribute(affine, "call", folded_call))
+            stack.enter_context(patched_attribute(bn, "call", _identity))
+        yield len(pairs)

@@ -1,0 +1,228 @@
+"""Conv / Dense + BatchNormalization folding in the compiled passes (core/bn_fold.py, issue 18 item 1).
+
+Folded results must equal the model's own graph (``fold_batchnorm=False``) and a hand-written gradient
+to float32 rounding; pairs that do not fold exactly (another reader, a shared layer, a probed layer, an
+activation, a training-mode call, a subclassed model) must not be folded; the model is never changed;
+a change of the weights between two calls gives the new numbers.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import kerascope as ks
+from kerascope.core.bn_fold import fold_batchnorm, foldable_pairs
+from kerascope.core.engine import Engine
+
+L = keras.layers
+TOL = {"rtol": 2e-4, "atol": 2e-5}
+
+
+def randomise_bn(model: keras.Layer, seed: int = 1) -> None:
+    """Non-trivial BN statistics (the initial ones make every BN almost the identity)."""
+    rng = np.random.default_rng(seed)
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, L.BatchNormalization):
+            gamma, beta, mean, var = layer.get_weights()
+            layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape), rng.normal(0, 0.3, beta.shape),
+                               rng.normal(0, 0.3, mean.shape), rng.uniform(0.5, 2.0, var.shape)])
+
+
+def bn_cnn(seed: int = 0, size: int = 16) -> keras.Model:
+    """Conv (no bias) + BN, depthwise (multiplier 2) + BN, 1x1 conv (bias) + BN, Dense + BN."""
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((size, size, 3))
+    h = L.ReLU(name="r1")(L.BatchNormalization(name="bn1")(L.Conv2D(4, 3, padding="same", use_bias=False, name="c1")(x)))
+    h = L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, name="dw")(h)
+    h = L.ReLU(name="r2")(L.BatchNormalization(name="bn2")(h))
+    h = L.ReLU(name="r3")(L.BatchNormalization(name="bn3")(L.Conv2D(6, 1, name="c3")(h)))
+    h = L.GlobalAveragePooling2D(name="gap")(h)
+    h = L.ReLU(name="r4")(L.BatchNormalization(name="bn4")(L.Dense(8, name="d1")(h)))
+    model = keras.Model(x, L.Dense(3, name="head")(h), name="bn_cnn")
+    randomise_bn(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return bn_cnn()
+
+
+@pytest.fixture(scope="module")
+def x():
+    return np.random.default_rng(0).random((3, 16, 16, 3), dtype=np.float32)
+
+
+def names(pairs):
+    return [(a.name, b.name) for a, b in pairs]
+
+
+def test_every_pair_of_the_model_is_folded(model):
+    assert names(Engine(model).folded_pairs()) == [("c1", "bn1"), ("dw", "bn2"), ("c3", "bn3"), ("d1", "bn4")]
+    assert Engine(model, fold_batchnorm=False).folded_pairs() == []
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the hand-written reference uses tf.GradientTape")
+def test_saliency_equals_a_hand_written_gradient(model, x):
+    import tensorflow as tf
+
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        score = tf.reduce_sum(model(xt, training=False)[:, 1])
+    expected = tape.gradient(score, xt).numpy()
+    folded = ks.Saliency(model).explain(x, targets=1).attributions
+    np.testing.assert_allclose(folded, expected, **TOL)
+
+
+@pytest.mark.parametrize("method, params", [
+    ("saliency", {}),
+    ("integrated_gradients", {"steps": 8}),
+    ("smoothgrad", {"samples": 4, "seed": 3}),
+])
+def test_folded_equals_unfolded(model, x, method, params):
+    folded = ks.explain(model, x, method=method, targets=[0, 1, 2], **params)
+    plain = ks.explain(model, x, method=method, targets=[0, 1, 2], fold_batchnorm=False, **params)
+    assert np.abs(plain.attributions).max() > 0
+    np.testing.assert_allclose(folded.attributions, plain.attributions, **TOL)
+    np.testing.assert_allclose(folded.scores, plain.scores, **TOL)
+
+
+@pytest.mark.parametrize("layer", ["r1", "dw", "bn2", "r2"])  # before, inside (conv, BN) and after a pair
+def test_gradcam_at_layers_around_a_pair(model, x, layer):
+    folded = ks.GradCAM(model, layer=layer).explain(x, targets=[0, 1, 2])
+    plain = ks.GradCAM(model, layer=layer, fold_batchnorm=False).explain(x, targets=[0, 1, 2])
+    np.testing.assert_allclose(folded.attributions, plain.attributions, **TOL)
+    probed = Engine(model).folded_pairs(Engine(model).resolve_layers([layer]))
+    assert ("dw", "bn2") in names(probed) or layer in ("dw", "bn2")
+    assert ("dw", "bn2") not in names(probed) or layer not in ("dw", "bn2")
+    assert len(probed) == (3 if layer in ("dw", "bn2") else 4)
+
+
+def test_model_unchanged_after_a_call_and_after_an_exception(model, x, unchanged):
+    check = unchanged(model)
+    ks.Saliency(model).explain(x, targets=0)
+    check()
+    engine = Engine(model)
+
+    def broken(activations, gradients):
+        raise RuntimeError("reduce failed")
+
+    with pytest.raises(Exception, match="reduce failed"):  # raised while tracing, inside the folded pass
+        engine.gradients(x, 0, layers=["r3"], wrt_inputs=False, reduce=broken)
+    check()
+    with pytest.raises(RuntimeError), fold_batchnorm(foldable_pairs(model)):
+        raise RuntimeError("inside")
+    check()
+
+
+def test_new_weights_between_two_calls_give_new_numbers(x):
+    model = bn_cnn(seed=2)
+    method = ks.Saliency(model)
+    first = method.explain(x, targets=0).attributions
+    bn, conv = model.get_layer("bn2"), model.get_layer("dw")
+    gamma, beta, mean, var = bn.get_weights()
+    bn.set_weights([gamma * 2.0, beta + 0.5, mean - 0.2, var * 3.0])
+    conv.set_weights([w * 0.5 for w in conv.get_weights()])
+    second = method.explain(x, targets=0).attributions
+    plain = ks.Saliency(model, fold_batchnorm=False).explain(x, targets=0).attributions
+    assert not np.allclose(first, second, **TOL)
+    np.testing.assert_allclose(second, plain, **TOL)
+
+
+# ------------------------------------------------------------------------------------- which pairs fold
+def _model(build):
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3))
+    return keras.Model(x, build(x))
+
+
+def _other_reader(x):
+    c = L.Conv2D(3, 3, padding="same", name="c")(x)
+    return L.Add()([L.BatchNormalization(name="bn")(c), c])
+
+
+def _shared_conv(x):
+    conv = L.Conv2D(3, 3, padding="same", name="c")
+    return conv(L.BatchNormalization(name="bn")(conv(x)))
+
+
+def _shared_bn(x):
+    bn = L.BatchNormalization(name="bn")
+    return L.Add()([bn(L.Conv2D(3, 1, name="c")(x)), bn(L.Conv2D(3, 1, name="c2")(x))])
+
+
+def _activation(x):
+    return L.BatchNormalization(name="bn")(L.Conv2D(3, 3, activation="relu", name="c")(x))
+
+
+def _training(x):
+    return L.BatchNormalization(name="bn")(L.Conv2D(3, 3, name="c")(x), training=True)
+
+
+def _conv_is_an_output(x):
+    c = L.Conv2D(3, 3, name="c")(x)
+    return [L.BatchNormalization(name="bn")(c), c]
+
+
+def _wrong_axis(x):
+    return L.BatchNormalization(axis=1, name="bn")(L.Conv2D(3, 3, padding="same", name="c")(x))
+
+
+class MyConv(L.Conv2D):
+    pass
+
+
+def _subclassed_conv(x):
+    return L.BatchNormalization(name="bn")(MyConv(3, 3, name="c")(x))
+
+
+@pytest.mark.parametrize("build", [_other_reader, _shared_conv, _shared_bn, _activation, _training,
+                                   _conv_is_an_output, _wrong_axis, _subclassed_conv],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_pairs_that_would_not_fold_exactly_are_left_alone(build):
+    assert foldable_pairs(_model(build)) == []
+
+
+class Block(keras.Model):  # subclassed: its call() is not a known graph
+    def __init__(self):
+        super().__init__()
+        self.conv = L.Conv2D(3, 3, padding="same")
+        self.bn = L.BatchNormalization()
+
+    def call(self, x):
+        return self.bn(self.conv(x)) + self.conv(x)
+
+
+def test_subclassed_models_are_not_folded_nested_functional_ones_are():
+    assert foldable_pairs(_model(lambda x: Block()(x))) == []
+    inner = keras.Sequential([keras.Input((8, 8, 3)), L.Conv2D(3, 3, name="ic"), L.BatchNormalization(name="ib")],
+                             name="inner")
+    outer = _model(lambda x: L.ReLU()(inner(x)))
+    assert names(foldable_pairs(outer)) == [("ic", "ib")]
+
+
+@pytest.mark.parametrize("shape, build", [
+    ((12, 2), lambda x: L.BatchNormalization()(L.Conv1D(3, 3, padding="same", dilation_rate=2)(x))),
+    ((4, 4, 4, 2), lambda x: L.BatchNormalization()(L.Conv3D(3, 2, strides=2)(x))),
+    ((6, 6, 2), lambda x: L.BatchNormalization()(L.DepthwiseConv2D(3, strides=2, depth_multiplier=3)(x))),
+    ((5, 4), lambda x: L.BatchNormalization()(L.Dense(3)(x))),  # a rank-3 Dense
+])
+def test_each_layer_kind_folds_to_the_same_outputs(shape, build):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(shape)
+    model = keras.Model(inputs, build(inputs))
+    randomise_bn(model)
+    v = np.random.default_rng(0).normal(size=(2, *shape)).astype("float32")
+    expected = keras.ops.convert_to_numpy(model(v, training=False))
+    with fold_batchnorm(foldable_pairs(model)) as count:
+        folded = keras.ops.convert_to_numpy(model(v, training=False))
+    assert count == 1
+    np.testing.assert_allclose(folded, expected, **TOL)
+
+
+def test_the_option_is_a_flag():
+    with pytest.raises((TypeError, ValueError), match="fold_batchnorm"):
+        ks.Saliency(bn_cnn(), fold_batchnorm="no")

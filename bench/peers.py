@@ -107,11 +107,13 @@ def build_model(name: str, size: int = 224) -> tuple[Any, str, str]:
 
 
 def kerascope_calls(model: Any, args: argparse.Namespace, cam: str, score: str,
-                    scores: bool = False) -> dict[str, Callable]:
-    """kerascope's calls; ``scores=False`` (the peers return no scores) for ``SCORES_ONLY_FORWARD``."""
+                    scores: bool = False, fold: bool = True) -> dict[str, Callable]:
+    """kerascope's calls; ``scores=False`` (the peers return no scores) for ``SCORES_ONLY_FORWARD``.
+
+    ``fold=False``: ``fold_batchnorm=False``, the model's own graph (the floor's), for ``--with-unfolded``."""
     import kerascope as ks
 
-    b = {"batch_size": args.chunk}
+    b = {"batch_size": args.chunk, "fold_batchnorm": fold}
     s = {**b, "scores": scores}  # the methods whose clean forward pass serves only Explanation.scores
     return {
         "saliency": lambda x, t: ks.Saliency(model, **b).explain(x, t),
@@ -280,6 +282,9 @@ def worker(args: argparse.Namespace) -> None:
         calls["kerascope+scores"] = {m: fn for m, fn in kerascope_calls(model, args, cam, score, scores=True).items()
                                      if m in SCORES_ONLY_FORWARD}
         status["kerascope+scores"] = "kerascope's default scores=True (one clean forward pass more)"
+    if args.with_unfolded and "kerascope" in calls:
+        calls["ks-unfolded"] = kerascope_calls(model, args, cam, score, fold=False)
+        status["ks-unfolded"] = "kerascope with fold_batchnorm=False (BatchNormalization not folded, as the floor)"
     load = os.getloadavg()
     print(f"model={args.model} size={shape[0]} images={args.images} batch_size={args.chunk} samples={args.samples} "
           f"steps={args.steps} masks={args.masks} window={args.window}"
@@ -346,6 +351,8 @@ def main() -> None:
     parser.add_argument("--with-scores", action="store_true",
                         help="add a kerascope+scores row: kerascope's default scores=True (the peers return no "
                              f"scores, so the kerascope row runs scores=False; {', '.join(SCORES_ONLY_FORWARD)})")
+    parser.add_argument("--with-unfolded", action="store_true",
+                        help="add a 'ks-unfolded' row: kerascope with fold_batchnorm=False (the model's own graph)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.setup:

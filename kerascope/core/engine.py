@@ -651,7 +651,9 @@ class Engine:
             return []
         explained = self.explained_layer()
         skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())
-        pairs = self.memo("batchnorm_pairs", lambda: foldable_pairs(self.model))
+        model = self.model
+        structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])  # as _layer_index
+        pairs = self.memo(("batchnorm_pairs", structure), lambda: foldable_pairs(model))
         return [pair for pair in pairs if id(pair[0]) not in skip and id(pair[1]) not in skip]
 
     def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:

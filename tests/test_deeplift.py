@@ -157,6 +157,39 @@ def test_baseline_scores_are_the_model_at_the_baseline(targets):
     assert summation_ok(e)
 
 
+def test_batchnorm_pairs_are_folded_in_deeplift_passes(monkeypatch):
+    # conv + BN pairs between the rules are affine: the engine runs each as one layer in DeepLIFT's passes,
+    # the same numbers as the model's own graph to float32 rounding
+    keras.utils.set_random_seed(2)
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", name="c1")(inputs)
+    x = keras.layers.ReLU()(keras.layers.BatchNormalization(name="bn1")(x))
+    x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization(name="bn2")(x))
+    model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(x)))
+    rng = np.random.default_rng(2)
+    for layer in (model.get_layer("bn1"), model.get_layer("bn2")):
+        gamma, beta, mean, var = layer.get_weights()
+        layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape), rng.normal(0, 0.3, beta.shape),
+                           rng.normal(0, 0.3, mean.shape), rng.uniform(0.5, 2.0, var.shape)])
+    folded_in_passes = []
+    fold = ks.core.engine.fold_batchnorm
+    monkeypatch.setattr(ks.core.engine, "fold_batchnorm",
+                        lambda pairs: folded_in_passes.append([(a.name, b.name) for a, b in pairs]) or fold(pairs))
+    x = RNG.uniform(0, 1, (3, 8, 8, 3)).astype(np.float32)
+    background = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)
+    for method in (ks.DeepLIFT, ks.DeepLiftShap):
+        kwargs = {"baseline": background} if method is ks.DeepLiftShap else {}
+        folded_in_passes.clear()
+        folded = method(model, **kwargs).explain(x, [0, 1, 2])
+        assert [("c1", "bn1"), ("dw", "bn2")] in folded_in_passes
+        plain = method(model, fold_batchnorm=False, **kwargs).explain(x, [0, 1, 2])
+        np.testing.assert_allclose(folded.attributions, plain.attributions, rtol=1e-4, atol=1e-6)
+        assert summation_ok(folded)
+    monkeypatch.undo()
+
+
 def test_deeplift_shap_averages_deeplift_over_the_background(monkeypatch):
     model = mixed_model(1)
     x = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)

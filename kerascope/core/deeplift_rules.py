@@ -520,6 +520,11 @@ class DeepLiftBackward:
         DeepLiftBackward(shared=True, group=9)
     """
 
+    #: The rules replace the backward pass of non-linearities only; a Conv / Dense + BatchNormalization
+    #: pair between them is affine, its multiplier its gradient: the engine may run it as one layer
+    #: (``core/bn_fold.py``), the same numbers up to float32 rounding.
+    folds_batchnorm = True
+
     def __init__(self, shared: bool, group: int | None = None) -> None:
         if group is not None and not shared:
             raise ValueError(f"`group` needs shared references. Received: shared={shared!r}, group={group!r}.")

@@ -614,7 +614,8 @@ class Engine:
         when given, at the call ``positions`` chooses) and ReLU gradients overridden by ``rule``,
         then :meth:`call_model` (the
         softmax layers in ``bypass`` made linear, ``output_layer`` read); all undone on return.
-        With ``fold`` (and the engine's ``fold_batchnorm``, no ``rule``, float32) every Conv / Dense +
+        With ``fold`` (and the engine's ``fold_batchnorm``, no ``rule`` or one whose ``folds_batchnorm``
+        is true, float32) every Conv / Dense +
         BatchNormalization pair that neither is probed nor is ``output_layer`` runs as one layer
         (``core/bn_fold.py``: exact up to float32 rounding).
         """
@@ -627,7 +628,8 @@ class Engine:
             elif rule is not None:
                 backend = _backend.get()
                 stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
-            if fold and rule is None and self.precision is None and self.fold_batchnorm:
+            folds = rule is None or getattr(rule, "folds_batchnorm", False)  # a rule on non-linearities only
+            if fold and folds and self.precision is None and self.fold_batchnorm:
                 stack.enter_context(fold_batchnorm(self.folded_pairs(layers)))  # restored on exit
             recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)

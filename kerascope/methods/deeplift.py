@@ -255,7 +255,8 @@ class _Runner:
                   for k, a in enumerate(inputs.arrays)]
         targets = self.targets if callable(self.targets) else np.concatenate([self.resolved()[owners]] * 2)
         result = method.engine.gradients(
-            Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule="deeplift", batch_size=2 * m
+            Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=DeepLiftBackward(shared=False),
+            batch_size=2 * m,
         )
         attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])
                         for g, i in zip(result.input_grads, self.wrt, strict=True)]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core.bn_fold import fold_batchnorm, foldable_pairs
+from kerascope.core.bn_fold import _scale_kernel, fold_batchnorm, foldable_pairs
 from kerascope.core.engine import Engine
 
 L = keras.layers
@@ -25,9 +25,12 @@ def randomise_bn(model: keras.Layer, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, L.BatchNormalization):
-            gamma, beta, mean, var = layer.get_weights()
-            layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape), rng.normal(0, 0.3, beta.shape),
-                               rng.normal(0, 0.3, mean.shape), rng.uniform(0.5, 2.0, var.shape)])
+            values = {"gamma": rng.uniform(0.5, 1.5, layer.moving_mean.shape),
+                      "beta": rng.normal(0, 0.3, layer.moving_mean.shape),
+                      "moving_mean": rng.normal(0, 0.3, layer.moving_mean.shape),
+                      "moving_variance": rng.uniform(0.5, 2.0, layer.moving_mean.shape)}
+            for variable in layer.weights:
+                variable.assign(values[variable.path.split("/")[-1]].astype("float32"))
 
 
 def bn_cnn(seed: int = 0, size: int = 16) -> keras.Model:
@@ -204,20 +207,25 @@ def test_subclassed_models_are_not_folded_nested_functional_ones_are():
     assert names(foldable_pairs(outer)) == [("ic", "ib")]
 
 
-@pytest.mark.parametrize("shape, build", [
-    ((12, 2), lambda x: L.BatchNormalization()(L.Conv1D(3, 3, padding="same", dilation_rate=2)(x))),
-    ((4, 4, 4, 2), lambda x: L.BatchNormalization()(L.Conv3D(3, 2, strides=2)(x))),
-    ((6, 6, 2), lambda x: L.BatchNormalization()(L.DepthwiseConv2D(3, strides=2, depth_multiplier=3)(x))),
-    ((5, 4), lambda x: L.BatchNormalization()(L.Dense(3)(x))),  # a rank-3 Dense
+@pytest.mark.parametrize("shape, build, on_kernel", [
+    ((12, 2), lambda x: L.BatchNormalization()(L.Conv1D(3, 3, padding="same", dilation_rate=2)(x)), True),
+    ((4, 4, 4, 2), lambda x: L.BatchNormalization()(L.Conv3D(3, 2, strides=2)(x)), True),
+    ((6, 6, 2), lambda x: L.BatchNormalization()(L.DepthwiseConv2D(3, strides=2, depth_multiplier=3)(x)), True),
+    ((5, 4), lambda x: L.BatchNormalization()(L.Dense(3)(x)), True),  # a rank-3 Dense
+    # kernels larger than KERNEL_ROWS rows of the output: the output is scaled instead of the kernel
+    ((8, 8, 4), lambda x: L.BatchNormalization()(L.Conv2D(8, 4, strides=4, use_bias=False)(x)), False),
+    ((64,), lambda x: L.BatchNormalization(center=False)(L.Dense(2)(x)), False),
 ])
-def test_each_layer_kind_folds_to_the_same_outputs(shape, build):
+def test_each_layer_kind_folds_to_the_same_outputs(shape, build, on_kernel):
     keras.utils.set_random_seed(0)
     inputs = keras.Input(shape)
     model = keras.Model(inputs, build(inputs))
     randomise_bn(model)
     v = np.random.default_rng(0).normal(size=(2, *shape)).astype("float32")
     expected = keras.ops.convert_to_numpy(model(v, training=False))
-    with fold_batchnorm(foldable_pairs(model)) as count:
+    pairs = foldable_pairs(model)
+    assert [_scale_kernel(affine) for affine, _ in pairs] == [on_kernel]
+    with fold_batchnorm(pairs) as count:
         folded = keras.ops.convert_to_numpy(model(v, training=False))
     assert count == 1
     np.testing.assert_allclose(folded, expected, **TOL)

@@ -7,8 +7,12 @@ In inference a ``BatchNormalization`` is the affine map ``(z - mean) * s + beta`
 Dense / Conv layer's ``call`` computes exactly that, with ``W * s`` and the bias computed from the
 live variables at every call (inside the compiled function: a model trained between two calls
 gives the new numbers), and the ``BatchNormalization``'s ``call`` returns its input. The pass then
-runs one conv instead of a conv and an element-wise normalisation over the whole activation, forward
-and backward. The model is never changed: both ``call`` attributes are restored in ``finally``
+runs one conv and one bias instead of a conv, its bias and the normalisation's two element-wise
+passes, forward, and no normalisation backward. Scaling the kernel costs its size once per call: where
+the kernel is larger than ``KERNEL_ROWS`` rows of the layer's output (ResNet50's last stages: 3x3x512x512
+kernels on 5x5 maps) the output is scaled instead, ``conv(x, W) * s + shift`` (one element-wise pass
+fewer than the unfolded graph, forward), which measured faster there (ResNet50 160 px, TF, one thread:
+Grad-CAM on 2 images 1.10x the unfolded time with every kernel scaled, 0.99x so). The model is never changed: both ``call`` attributes are restored in ``finally``
 (``core/probe.py``'s scoped patches). The values differ from the unfolded pass by float32 rounding
 only (the products are associated differently).
 
@@ -26,9 +30,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
+import numpy as np
 
 from kerascope.core.layers import child_layers
-from kerascope.core.lrp_walk import _fused_params, _on_channels, affine_function
+from kerascope.core.lrp_walk import _fused_params, _on_channels, _params, affine_function, batchnorm_fold
 from kerascope.core.probe import patched_attribute
 
 __all__ = ["FOLDABLE_LAYERS", "Pair", "fold_batchnorm", "foldable_pairs"]
@@ -147,6 +152,26 @@ def foldable_pairs(model: keras.Layer) -> list[Pair]:
     return pairs
 
 
+#: Scale the kernel (``W * s``, computed once per pass) when it has at most this many rows of the layer's
+#: output; else scale the output (``conv(x, W) * s``, per row). Both are exact; the cheaper one is chosen.
+KERNEL_ROWS = 8
+
+
+def _scale_kernel(layer: keras.Layer) -> bool:
+    try:
+        per_row = int(np.prod(layer.output.shape[1:]))
+    except Exception:  # no symbolic output: scale the kernel
+        return True
+    return int(np.prod(layer.kernel.shape)) <= KERNEL_ROWS * per_row
+
+
+def _channels(values: Any, layer: keras.Layer, ndim: int) -> Any:
+    """``values`` (one per output channel) shaped to broadcast over the layer's output."""
+    if getattr(layer, "data_format", "channels_last") == "channels_last":
+        return values
+    return keras.ops.reshape(values, (1, -1) + (1,) * (ndim - 2))
+
+
 def _identity(inputs: Any, *args: Any, **kwargs: Any) -> Any:
     return inputs
 
@@ -175,12 +200,18 @@ def fold_batchnorm(pairs: Sequence[Pair]) -> Iterator[int]:
     with contextlib.ExitStack() as stack:
         for affine, bn in pairs:
             apply = affine_function(affine)
+            on_kernel = _scale_kernel(affine)
 
             def folded_call(inputs: Any, *args: Any, __affine: keras.Layer = affine, __bn: keras.Layer = bn,
-                            __apply: Any = apply, **kwargs: Any) -> Any:
+                            __apply: Any = apply, __on_kernel: bool = on_kernel, **kwargs: Any) -> Any:
                 x = keras.ops.convert_to_tensor(inputs)
-                kernel, bias = _fused_params(__affine, __bn, len(x.shape))  # output rank == input rank
-                return __apply(x, kernel, bias)
+                ndim = len(x.shape)  # the output's rank too
+                if __on_kernel:
+                    return __apply(x, *_fused_params(__affine, __bn, ndim))
+                # a kernel larger than KERNEL_ROWS rows of the output: scale the output instead
+                kernel, bias = _params(__affine)
+                scale, shift = batchnorm_fold(bias, __bn)
+                return __apply(x, kernel, None) * _channels(scale, __affine, ndim) + _channels(shift, __affine, ndim)
 
             stack.enter_context(patched_attribute(affine, "call", folded_call))
             stack.enter_context(patched_attribute(bn, "call", _identity))

@@ -315,17 +315,28 @@ def _feeds_batchnorm_only(layer: keras.Layer) -> bool:
     return bool(nodes)
 
 
-def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any, Any] | None:
-    """The parameters of ``affine`` followed by ``bn`` as one layer (``None``: BN not on the output channels)."""
-    if not _on_channels(affine, bn, ndim):
-        return None
-    kernel, bias = _params(affine)
+def batchnorm_fold(bias: Any, bn: keras.Layer) -> tuple[Any, Any]:
+    """``(s, (bias - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``: ``bn(z + bias) == z * s + shift``.
+
+    Example:
+        >>> bn = keras.layers.BatchNormalization(epsilon=0.0); bn.build((None, 2))
+        >>> [keras.ops.convert_to_numpy(v).tolist() for v in batchnorm_fold(None, bn)]
+        [[1.0, 1.0], [0.0, 0.0]]
+    """
     scale = keras.ops.rsqrt(keras.ops.convert_to_tensor(bn.moving_variance) + bn.epsilon)
     if bn.gamma is not None:
         scale = scale * keras.ops.convert_to_tensor(bn.gamma)
     mean = keras.ops.convert_to_tensor(bn.moving_mean)
     shift = keras.ops.convert_to_tensor(bn.beta) if bn.beta is not None else 0.0
-    fused_bias = ((bias if bias is not None else 0.0) - mean) * scale + shift
+    return scale, ((bias if bias is not None else 0.0) - mean) * scale + shift
+
+
+def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any, Any] | None:
+    """The parameters of ``affine`` followed by ``bn`` as one layer (``None``: BN not on the output channels)."""
+    if not _on_channels(affine, bn, ndim):
+        return None
+    kernel, bias = _params(affine)
+    scale, fused_bias = batchnorm_fold(bias, bn)
     # output channel c of a depthwise kernel (..., in, multiplier) is (c // multiplier, c % multiplier)
     kernel_scale = keras.ops.reshape(scale, tuple(kernel.shape[-2:])) if _is_depthwise(affine) else scale
     return kernel * kernel_scale, fused_bias

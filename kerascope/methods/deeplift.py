@@ -421,8 +421,9 @@ class DeepLiftShap(DeepLIFT):
     ``N + 1`` rows fit more than once in ``batch_size``, one pass holds
     ``batch_size // (N + 1)`` background rows (one group of ``N + 1`` rows
     each: e.g. one image and 16 background rows, one pass of 32 rows instead
-    of 16 of 2); on ``2 N`` rows per background row when the other inputs of
-    a multi-input model differ between samples.
+    of 16 of 2; on TensorFlow each such ``N`` traces its pass once); on
+    ``2 N`` rows per background row when the other inputs of a multi-input
+    model differ between samples.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks

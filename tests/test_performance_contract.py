@@ -141,14 +141,34 @@ def test_mixed_precision_attributions_are_float32(policy: str, rtol: float) -> N
         assert cosine >= 1 - rtol, f"{got.method}: cosine similarity {cosine:.4f} with the float32 model"
 
 
+class Subclassed(keras.Model):
+    """The same layers as ``build()`` in a subclassed ``call``: no graph to read, so the eager check pass runs."""
+
+    def __init__(self, functional: keras.Model) -> None:
+        super().__init__()
+        self.inner = functional
+
+    def call(self, x):
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("kind,expected", [("functional", 1), ("subclassed", 3)])
 @pytest.mark.parametrize("name", ["saliency", "gradcam"])
-def test_first_call_runs_the_models_code_once_eagerly_and_traces_once(name: str) -> None:
-    """Issue 18 item 4: the one-sample eager pass that checks the inputs also detects the softmax and counts the
-    probed layer's calls (no separate counting pass for a CAM's layer: it was one more eager pass); then one
-    trace."""
+def test_first_call_runs_the_models_code_once_per_pass_and_traces_once(name: str, kind: str, expected: int) -> None:
+    """Issue 18 item 4: a functional model's first call only traces (its graph states the softmax to bypass and
+    the probed layer's calls: ``core/graph_reading.py``); a subclassed model's first call makes one eager pass on
+    one sample (input check, softmax detection and call counts in one), one symbolic pass (its output shape, for
+    the class-range check) and one trace. Same maps either way."""
     model = build(seed=5)
-    method = METHODS[name](model)
+    chosen = model if kind == "functional" else Subclassed(model)
+    make = {"saliency": lambda m: ks.Saliency(m, batch_size=4),
+            "gradcam": lambda m: ks.GradCAM(m, layer=model.get_layer("conv2"), batch_size=4)}[name]
+    method = make(chosen)
     before = len(CALLS)
-    method.explain(_images(3), targets=[0, 1, 2])
-    assert len(CALLS) - before == 2, f"{name}: the first call ran the model's Python code {len(CALLS) - before} times"
+    got = method.explain(_images(3), targets=[0, 1, 2])
+    assert len(CALLS) - before == expected, f"{name}: the first call ran the model's Python code {len(CALLS) - before} times"
     assert method.engine.trace_count == 1
+    assert method.engine.bypassed_layers == (["head"] if kind == "functional" else [f"{model.name}/head"])
+    if kind == "subclassed":  # the same weights, read against observed: identical maps
+        want = make(model).explain(_images(3), targets=[0, 1, 2])
+        np.testing.assert_allclose(np.asarray(got.attributions), np.asarray(want.attributions), rtol=1e-5, atol=1e-7)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,13 +24,15 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.bn_fold import fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
-from kerascope.core.inputs import Inputs, check_against_model, fit_structure
+from kerascope.core.graph_reading import call_count, output_probabilities, output_softmax, parent_counts
+from kerascope.core.inputs import Inputs, check_against_model, fit_structure, model_input_names
 from kerascope.core.layers import find_layer, iter_layers, path_of
 from kerascope.core.output_space import (
     OUTPUT_SPACES,
     SATURATED_HIGH,
     SATURATED_LOW,
     OutputSpace,
+    is_probabilities,
     is_softmax_of,
     saturation_message,
     softmax_outputs,
@@ -169,6 +171,7 @@ class Engine:
         self.fold_batchnorm = fold_batchnorm
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
+        self._first_row: Any = None  # one sample of the first inputs, while a graph reading awaits the values
 
     @property
     def output(self) -> str:
@@ -211,7 +214,7 @@ class Engine:
     def forward_gives_probabilities(self) -> bool:
         """True when :meth:`forward` returns probabilities (no softmax bypassed, outputs sum to 1).
 
-        Only known after the first call.
+        Known after the first call (for a model read from its graph, the first values settle it).
 
         Example:
             >>> import keras, numpy as np
@@ -220,6 +223,8 @@ class Engine:
             >>> e.forward_gives_probabilities
             False
         """
+        if self.space.probabilities_pending:
+            self._settle_probabilities()
         return self.space.gives_probabilities
 
     @property
@@ -456,13 +461,16 @@ class Engine:
                 )
 
     def check_inputs(self, inputs: Any, layers: Sequence[keras.Layer] = ()) -> Inputs:
-        """Validate ``inputs`` against the model, eagerly: shapes, then one call on one sample.
+        """Validate ``inputs`` against the model: shapes, then one call on one sample (or the model's graph).
 
         The call runs once per input structure and signature (memoised), so a model
         that cannot take the inputs fails here with kerascope's message, never inside
         a compiled function. Returns the inputs as :class:`Inputs`. The same call counts
         the calls of ``layers`` (those a method will probe: shared layers, see
         :meth:`call_positions`), so that a first call needs no second eager pass for them.
+        A functional or ``Sequential`` model whose graph states what that call would observe
+        is not called (``core/graph_reading.py``): its shapes were checked, and an error of a
+        later call on these inputs is checked by the eager call then (:meth:`check_on_error`).
 
         Example:
             >>> import keras, numpy as np
@@ -475,21 +483,24 @@ class Engine:
         self._check_call(prepared, layers)
         return prepared
 
-    def _check_call(self, inputs: Inputs, layers: Sequence[keras.Layer] = ()) -> None:
+    def _check_call(self, inputs: Inputs, layers: Sequence[keras.Layer] = (), read: bool = True) -> None:
         """Call the model eagerly on one sample, once per input structure and signature.
 
         Subclassed models declare no input shapes, and a functional model can still refuse
         the inputs (a dict with other keys, a list for a single-input ``call``): their error
         comes here, eagerly and in kerascope's words, instead of from inside a compiled function.
         The same pass counts the calls of ``layers`` (the layers a method is about to probe,
-        read by :meth:`_calls`), so a first call makes one eager pass, not two.
+        read by :meth:`_calls`), so a first call makes one eager pass, not two. With ``read``,
+        a model whose graph states all of this is not called (:meth:`_read_graph`).
         """
         key = ("model_accepts", inputs.signature)
         counted = ("call_counts", tuple(id(layer) for layer in layers), inputs.signature)
         if not layers or ("memo", key) in self._compiled or ("memo", ("call_positions", *counted[1:])) in self._compiled:
             layers = ()
 
-        def call() -> bool:
+        def call() -> bool | str:
+            if read and self._read_graph(inputs, layers, counted):
+                return "read"  # not called yet: check_on_error calls it if a later call fails
             # the output space's softmax detection rides on this pass (one eager pass fewer on the first call)
             candidates = [] if self.space.detected else softmax_candidates(self.model)
             try:
@@ -508,11 +519,99 @@ class Engine:
                 ) from error
             if not self.space.detected:
                 self._settle_softmax(candidates, rec.outputs, explained)
+            elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it
+                self._settle_probabilities(explained)
             if layers:
                 self._compiled[counted] = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
             return True
 
         self.memo(key, call)
+
+    def _read_graph(self, inputs: Inputs, layers: Sequence[keras.Layer], counted: Any) -> bool:
+        """Settle from the model's graph what the eager check pass observes; False (nothing settled) where it cannot.
+
+        The softmax bypass, whether the output is probabilities (or pending, see
+        :attr:`OutputSpace.probabilities_pending`) and the calls of ``layers``. Only for a
+        functional / ``Sequential`` model (its inputs' shapes already checked) and no ``output_layer``.
+        """
+        model = self.model
+        if self.output_layer is not None or model_input_names(model) is None:
+            return False
+        found, probabilities = None, None
+        if not self.space.detected:
+            found = output_softmax(model, softmax_candidates(model))
+            if found is None:
+                return False
+            graph = model if not hasattr(model, "_functional") else model._functional
+            try:  # several outputs and no output_index: no output chosen, not probabilities (as eagerly)
+                chosen = self.select(graph._outputs_struct)
+            except ValueError:
+                probabilities = False
+            else:
+                probabilities = output_probabilities(model, chosen, found)
+        counts = ()
+        if layers:
+            parents = parent_counts(model)
+            counts = tuple(call_count(self._chain(self.path_of(layer)), parents) for layer in layers)
+            if any(not count for count in counts):  # unreadable, or never called: the eager pass (and its errors)
+                return False
+        if found is not None:
+            self.space.settle_read(found, probabilities)
+        if counts:
+            self._compiled[counted] = counts
+        if self.space.probabilities_pending and self._first_row is None:  # the first sample, as the eager pass
+            self._first_row = (inputs.signature, inputs.model_arg([a[:1].copy() for a in inputs.arrays]))
+        return True
+
+    def _settle_probabilities(self, explained: Any = None) -> None:
+        """Settle a pending ``probabilities_out`` from the unmodified model's output on one sample.
+
+        ``explained``: that output, or one eager call on the first sample read (as the check pass would).
+        """
+        if explained is None:
+            if self._first_row is None:  # no inputs read yet that the model takes: still pending
+                return
+            with contextlib.ExitStack() as stack:  # the unmodified model (no bypass), as the eager check pass
+                explained = self.call_model(self._first_row[1], stack)
+        try:
+            chosen = keras.ops.convert_to_numpy(self.select(explained))
+        except ValueError:
+            chosen = None
+        self.space.probabilities_out, self._first_row = is_probabilities(chosen), None
+
+    @contextlib.contextmanager
+    def check_on_error(self, inputs: Inputs) -> Iterator[None]:
+        """Inside: an error, when these inputs were checked from the model's graph only, is first checked eagerly.
+
+        The eager call on one sample then raises kerascope's message if the model cannot take
+        the inputs (as :meth:`check_inputs` does for a model without a readable graph);
+        otherwise the error is raised as it was.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            >>> e = Engine(m); x = e.check_inputs(np.ones((1, 3)))
+            >>> with e.check_on_error(x):
+            ...     e.forward(x).shape
+            (1, 2)
+        """
+        key = ("memo", ("model_accepts", inputs.signature))
+        error = None
+        try:
+            yield
+        except Exception as caught:
+            if self._compiled.get(key) != "read":
+                raise
+            error = caught
+        if error is not None:  # out of the except block: kerascope's message is not chained to this error
+            del self._compiled[key]
+            try:
+                self._check_call(inputs, read=False)  # kerascope's message when the model refuses the inputs
+            except ValueError:
+                if self._first_row is not None and self._first_row[0] == inputs.signature:
+                    self._first_row = None  # not a sample the model takes: the next inputs read give one
+                raise
+            raise error
 
     def _detect_softmax(self, inputs: Inputs) -> None:
         """Probe the softmax candidates in one eager pass on 1 sample; the output space decides."""
@@ -535,8 +634,20 @@ class Engine:
             chosen = None
         self.space.settle(found, chosen)
 
-    def _check_saturation(self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = ()) -> None:
-        """Warn when the explained probabilities are saturated (see :meth:`OutputSpace.saturated`)."""
+    def _check_saturation(
+        self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = (), raw: bool = False
+    ) -> None:
+        """Warn when the explained probabilities are saturated (see :meth:`OutputSpace.saturated`).
+
+        ``raw``: the scores are entries of the explained output (class targets, not a callable's),
+        so a score outside [0, 1] shows that the output is not probabilities, with no call.
+        """
+        if self.space.probabilities_pending:
+            values = np.asarray(scores, np.float64)
+            if raw and values.size and not np.all((values >= 0) & (values <= 1)):
+                self.space.probabilities_out, self._first_row = False, None
+            elif len(self.space.saturated(scores, input_grads, assume_probabilities=True)):
+                self._settle_probabilities()  # the warning depends on it: one eager call on the first sample
         bad = self.space.saturated(scores, input_grads)
         if len(bad):
             message = saturation_message(self.model.name, scores, bad, self._logits_layer(inputs))
@@ -816,22 +927,23 @@ class Engine:
         entry = self._compiled.get(key)
         if entry is None:
             slot: list[Callable[..., Any] | None] | None = None if reduce is None else [None]
-            fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs,
-                             positions, counts, slot)
+            with self.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
+                fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs,
+                                 positions, counts, slot)
             entry = self._compiled[key] = (fn, slot)
         fn, slot = entry
         parts: list[dict[str, Any]] = []
         try:
             if slot is not None:
                 slot[0] = reduce
-            with progress_scope(prepared.num_samples, "explaining", progress):  # a no-op inside a method's scope
-                for part, arrays in prepared.chunks(batch_size):
+            with self.check_on_error(prepared), progress_scope(prepared.num_samples, "explaining", progress):
+                for part, arrays in prepared.chunks(batch_size):  # (the progress scope: a no-op inside a method's)
                     parts.append(fn(arrays + [r[part] for r in replace], indices[part]))
         finally:
             if slot is not None:
                 slot[0] = None
         result = _merge(parts, bool(wrt))
-        self._check_saturation(result.scores, prepared, result.input_grads)
+        self._check_saturation(result.scores, prepared, result.input_grads, raw=target_fn is None)
         _check_finite(result)
         return result
 
@@ -874,18 +986,26 @@ class Engine:
         self._detect_softmax(prepared)
         key = ("forward", prepared.signature)
         fn = self._compiled.get(key)
-        if fn is None:
-            bypass = self.space.bypass()
-            owner = weakref.ref(self)
-            model_arg = prepared.structurer()
+        with self.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
+            if fn is None:
+                bypass = self.space.bypass()
+                owner = weakref.ref(self)
+                model_arg = prepared.structurer()
 
-            def run(arrays: list[Any]) -> Any:
-                return to_float32(owner()._call_model(model_arg, arrays, bypass)[0])
+                def run(arrays: list[Any]) -> Any:
+                    return to_float32(owner()._call_model(model_arg, arrays, bypass)[0])
 
-            fn = _backend.get().compile_forward(run, input_specs=prepared.specs, jit_compile=self.jit_compile)
-            self._compiled[key] = fn
-        outs = [fn(arrays) for _, arrays in prepared.chunks(batch_size)]
-        return keras.tree.map_structure(lambda *xs: np.concatenate(xs, axis=0), *outs)
+                fn = _backend.get().compile_forward(run, input_specs=prepared.specs, jit_compile=self.jit_compile)
+                self._compiled[key] = fn
+            outs = [fn(arrays) for _, arrays in prepared.chunks(batch_size)]
+        merged = keras.tree.map_structure(lambda *xs: np.concatenate(xs, axis=0), *outs)
+        if self.space.probabilities_pending:  # nothing bypassed: these are the explained output's values
+            try:
+                chosen = np.asarray(self.select(merged))[:1]
+            except ValueError:
+                chosen = None
+            self.space.probabilities_out, self._first_row = is_probabilities(chosen), None
+        return merged
 
     def scorer(
         self,
@@ -988,12 +1108,13 @@ class Engine:
         """
         check_batch_size(batch_size)
         prepared, indices, target_fn = self.prepare(inputs, targets)
-        scorer = self.scorer(prepared, target_fn=target_fn)
         scores, resolved = [], []
-        for part, arrays in prepared.chunks(batch_size):
-            s, t = scorer(arrays, indices[part])
-            scores.append(s)
-            resolved.append(indices[part] if target_fn is not None else t)
+        with self.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
+            scorer = self.scorer(prepared, target_fn=target_fn)
+            for part, arrays in prepared.chunks(batch_size):
+                s, t = scorer(arrays, indices[part])
+                scores.append(s)
+                resolved.append(indices[part] if target_fn is not None else t)
         return np.concatenate(scores), np.concatenate(resolved).astype(np.int64)
 
 

@@ -6,7 +6,8 @@ applies to every model call, separate from compiling and caching:
 * **output selection**: which output of a multi-output model (``output_index``);
 * **softmax bypass**: in ``"logits"`` mode, the softmax layers whose output *is*
   the model output (a fused ``Dense(activation="softmax")``, an ``Activation`` or a
-  ``Softmax`` layer) are found once, with one probed forward pass on one sample,
+  ``Softmax`` layer) are found once, from a functional model's graph
+  (``core/graph_reading.py``) or else with one probed forward pass on one sample,
   and made linear for the duration of each call (never by changing the model);
 * **saturation check**: when the model outputs probabilities and no softmax could
   be found to bypass, saturated scores (gradients vanish in float32) raise a warning.
@@ -33,7 +34,8 @@ class OutputSpace:
     """The output space of one engine: ``output`` (``"logits"`` / ``"probabilities"``) and ``output_index``.
 
     The engine calls the model (one probed pass on one sample) and hands what it
-    saw to :meth:`settle`; this class only decides.
+    saw to :meth:`settle`, or what a functional model's graph says to :meth:`settle_read`;
+    this class only decides.
 
     Example:
         >>> import keras, numpy as np
@@ -57,7 +59,7 @@ class OutputSpace:
         self.output = output
         self.output_index = output_index
         self.softmax_layers: list[keras.Layer] | None = None  # None: not detected yet
-        self.probabilities_out = False
+        self.probabilities_out: bool | None = False  # None: read from the graph, the values not seen yet
 
     @property
     def detected(self) -> bool:
@@ -86,7 +88,21 @@ class OutputSpace:
             >>> OutputSpace().gives_probabilities
             False
         """
-        return self.probabilities_out and not (self.output == "logits" and self.softmax_layers)
+        return bool(self.probabilities_out) and not (self.output == "logits" and self.softmax_layers)
+
+    @property
+    def probabilities_pending(self) -> bool:
+        """True when whether the explained output is probabilities matters and only its values can tell.
+
+        That is after :meth:`settle_read` left it open (``probabilities_out is None``) and no
+        bypassed softmax makes it moot: the engine settles it from the first values it sees.
+
+        Example:
+            >>> s = OutputSpace(); s.settle_read([], None)
+            >>> s.probabilities_pending, s.gives_probabilities
+            (True, False)
+        """
+        return self.probabilities_out is None and not (self.output == "logits" and self.softmax_layers)
 
     def select(self, outputs: Any, model: keras.Layer | None = None) -> Any:
         """The explained output of a (possibly multi-output) model's outputs.
@@ -165,18 +181,25 @@ class OutputSpace:
             (True, True)
         """
         self.softmax_layers = list(softmax_layers)
-        if chosen is None:
-            self.probabilities_out = False
-            return
-        chosen = np.asarray(chosen)
-        self.probabilities_out = bool(
-            chosen.ndim >= 2
-            and chosen.shape[-1] > 1
-            and np.all(chosen >= 0)
-            and np.allclose(chosen.sum(axis=-1), 1.0, atol=1e-3)
-        )
+        self.probabilities_out = is_probabilities(chosen)
 
-    def saturated(self, scores: np.ndarray, input_grads: Sequence[np.ndarray] = ()) -> np.ndarray:
+    def settle_read(self, softmax_layers: list[keras.Layer], probabilities: bool | None) -> None:
+        """Record what the model's graph says (``core/graph_reading.py``), no call made.
+
+        ``probabilities`` is ``None`` when only the output's values can tell (settled later
+        from the first values, see :attr:`probabilities_pending`).
+
+        Example:
+            >>> s = OutputSpace(); s.settle_read([], True)
+            >>> s.detected, s.gives_probabilities
+            (True, True)
+        """
+        self.softmax_layers = list(softmax_layers)
+        self.probabilities_out = probabilities
+
+    def saturated(
+        self, scores: np.ndarray, input_grads: Sequence[np.ndarray] = (), assume_probabilities: bool = False
+    ) -> np.ndarray:
         """Indices of the samples whose explained probabilities are saturated (empty when none or n/a).
 
         Only where logits were asked for, none could be reached (no softmax found) and
@@ -184,6 +207,7 @@ class OutputSpace:
         proportional to ``p`` (and to ``1 - p`` for the winning class): below
         ``SATURATED_LOW`` or above ``1 - SATURATED_HIGH`` the float32 backward pass
         loses the map. A sample whose whole input gradient is below ``1e-30`` also counts.
+        ``assume_probabilities`` answers as if the output were probabilities (while it is pending).
 
         Example:
             >>> import numpy as np
@@ -191,7 +215,7 @@ class OutputSpace:
             >>> s.saturated(np.array([0.5, 1.0, 1e-20])).tolist()
             [1, 2]
         """
-        if self.output != "logits" or self.softmax_layers or not self.probabilities_out:
+        if self.output != "logits" or self.softmax_layers or not (self.probabilities_out or assume_probabilities):
             return np.zeros(0, np.int64)
         scores = np.asarray(scores)
         low = scores <= SATURATED_LOW
@@ -223,6 +247,27 @@ def softmax_outputs(
                 found.append(layer)
                 break
     return found
+
+
+def is_probabilities(chosen: Any) -> bool:
+    """Whether ``chosen`` (the explained output on one sample) is probabilities: non-negative rows summing to 1.
+
+    ``None`` (no output could be chosen) is not.
+
+    Example:
+        >>> import numpy as np
+        >>> is_probabilities(np.array([[0.25, 0.75]])), is_probabilities(np.array([[2.0, -1.0]])), is_probabilities(None)
+        (True, False, False)
+    """
+    if chosen is None:
+        return False
+    chosen = np.asarray(chosen)
+    return bool(
+        chosen.ndim >= 2
+        and chosen.shape[-1] > 1
+        and np.all(chosen >= 0)
+        and np.allclose(chosen.sum(axis=-1), 1.0, atol=1e-3)
+    )
 
 
 def is_softmax_of(value: np.ndarray, probabilities: np.ndarray) -> bool:

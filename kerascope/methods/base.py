@@ -249,7 +249,9 @@ class Method:
         self._check_model()  # refusals that need no call come first: the model is not even called
         # then the inputs, before any method-specific pass (the same eager pass counts the probed layer's calls)
         prepared = self.engine.check_inputs(inputs, self._probed_layers())
-        with single_threaded_blas(), progress_scope(prepared.num_samples, self.name, self.progress):
+        with self.engine.check_on_error(prepared), single_threaded_blas(), progress_scope(
+            prepared.num_samples, self.name, self.progress
+        ):
             return self._explain(prepared, targets)
 
     def _probed_layers(self) -> list[keras.Layer]:

@@ -1,0 +1,213 @@
+"""Reading a functional model's graph gives what the eager check pass observes, or nothing (issue 18 item 4).
+
+``core/graph_reading.py`` lets a functional / ``Sequential`` model's first call skip the eager
+one-sample pass. Each reading is checked against the observation itself (the probed eager
+pass: which softmax output equals a model output, how often a layer is called), and where the
+graph cannot settle a fact the reading must say ``None``. Then the behaviours the eager pass
+carried: kerascope's message for inputs a model refuses, the saturation warning of a model
+whose probabilities come from no softmax layer, identical maps.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import kerascope as ks  # noqa: E402
+from kerascope.core.graph_reading import (  # noqa: E402
+    call_count,
+    output_probabilities,
+    output_softmax,
+    parent_counts,
+)
+from kerascope.core.output_space import softmax_outputs  # noqa: E402
+from kerascope.core.probe import probe, softmax_candidates  # noqa: E402
+
+CALLS: list[int] = []
+
+
+class CountCalls(keras.layers.Layer):
+    """Identity that records each Python execution of ``call`` (eager runs and traces)."""
+
+    def call(self, x):
+        CALLS.append(1)
+        return x
+
+
+def _x(*shape: int) -> np.ndarray:
+    return np.random.default_rng(0).uniform(0, 1, (1, *shape)).astype(np.float32)
+
+
+def _observed_softmax(model: keras.Model, x: np.ndarray) -> list[str]:
+    candidates = softmax_candidates(model)
+    with probe(candidates) as rec:
+        outputs = model(x, training=False)
+    return sorted(layer.name for layer in softmax_outputs(candidates, rec.outputs, outputs))
+
+
+def _softmax_models() -> dict[str, tuple[keras.Model, tuple[int, ...]]]:
+    keras.utils.set_random_seed(0)
+    i = keras.Input((4,))
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Activation("softmax", name="act")])
+    both = keras.layers.Dense(3, name="logits")(i)
+    tokens = keras.Input((5, 4))
+    attended = keras.layers.MultiHeadAttention(2, 2)(tokens, tokens)
+    return {
+        "dense": (keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax", name="p")]), (4,)),
+        "layer": (keras.Model(i, keras.layers.Softmax(name="s")(keras.layers.Dense(3)(i))), (4,)),
+        "nested": (keras.Model(i, inner(i)), (4,)),
+        "none": (keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]), (4,)),
+        "two_heads": (keras.Model(i, [keras.layers.Dense(3, activation="softmax", name="h")(i), both]), (4,)),
+        "then_dropout": (keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax", name="p"),
+                                           keras.layers.Dropout(0.5)]), (4,)),
+        "attention": (keras.Model(tokens, keras.layers.GlobalAveragePooling1D()(attended)), (5, 4)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_softmax_models()))
+def test_softmax_read_from_the_graph_is_the_one_observed_or_none(name: str) -> None:
+    model, shape = _softmax_models()[name]
+    read = output_softmax(model, softmax_candidates(model))
+    observed = _observed_softmax(model, _x(*shape))
+    if name in ("then_dropout", "attention"):  # a softmax the graph does not place at an output: not settled
+        assert read is None
+        assert observed == (["p"] if name == "then_dropout" else [])
+    else:
+        assert sorted(layer.name for layer in read) == observed
+        assert observed == {"dense": ["p"], "layer": ["s"], "nested": ["act"], "none": [], "two_heads": ["h"]}[name]
+
+
+def test_probabilities_read_only_where_a_float32_last_axis_softmax_makes_them() -> None:
+    models = _softmax_models()
+    dense = models["dense"][0]
+    assert output_probabilities(dense, dense.outputs[0], [dense.layers[-1]]) is True
+    none = models["none"][0]
+    assert output_probabilities(none, none.outputs[0], []) is None  # logits: only the values can tell
+    i = keras.Input((2, 3))
+    over_rows = keras.layers.Softmax(axis=1)
+    model = keras.Model(i, over_rows(i))
+    assert output_probabilities(model, model.output, [over_rows]) is None  # rows along the last axis don't sum to 1
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        half = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert output_probabilities(half, half.outputs[0], [half.layers[-1]]) is None  # float16 sums: the values decide
+
+
+def _observed_calls(model: keras.Model, layer: keras.Layer, x: np.ndarray) -> int:
+    with probe([layer]) as rec:
+        model(x, training=False)
+    return len(rec.outputs.get(id(layer), ()))
+
+
+class Holder(keras.layers.Layer):
+    """A layer whose call also calls a layer of the model's graph: its calls are not all graph nodes."""
+
+    def __init__(self, inner: keras.Layer, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.inner = inner
+
+    def call(self, x):
+        return self.inner(x)
+
+
+def test_call_counts_read_from_the_graph_equal_the_observed_ones_or_none() -> None:
+    shared = keras.layers.Dense(4, name="shared")
+    a, b = keras.Input((4,)), keras.Input((4,))
+    siamese = keras.Model([a, b], keras.layers.Add()([shared(a), shared(b)]))
+    encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, name="d")], name="enc")
+    twice = keras.Model([a, b], keras.layers.Add()([encoder(a), encoder(b)]))
+    d = keras.layers.Dense(4, name="d2")
+    held = keras.Model(a, Holder(d)(d(a)))
+    t = keras.Input((3, 4))
+    lstm = keras.layers.LSTM(2, name="lstm")
+    recurrent = keras.Model(t, lstm(t))
+    x2 = [_x(4), _x(4)]
+    cases = [
+        (siamese, [siamese, shared], x2, 2),
+        (twice, [twice, encoder, encoder.get_layer("d")], x2, 2),
+        (held, [held, d], _x(4), None),  # also held by `Holder`, whose call calls it: observed 2, not readable
+        (recurrent, [recurrent, lstm, lstm.cell], _x(3, 4), None),  # the cell runs in the LSTM's loop
+        (recurrent, [recurrent, lstm], _x(3, 4), 1),
+    ]
+    for model, chain, x, expected in cases:
+        read = call_count(chain, parent_counts(model))
+        assert read == expected, (model.name, chain[-1].name)
+        if read is not None:
+            assert read == _observed_calls(model, chain[-1], x)
+    assert _observed_calls(held, d, _x(4)) == 2
+
+
+def _reshaping_model() -> keras.Model:
+    i = keras.Input((None, 3))
+    h = CountCalls()(keras.layers.Reshape((4, 3))(i))
+    return keras.Model(i, keras.layers.Dense(2)(keras.layers.Flatten()(h)))
+
+
+@pytest.mark.parametrize("call", ["saliency", "gradcam", "forward", "scores"])
+def test_inputs_a_read_model_refuses_fail_with_kerascopes_message(call: str) -> None:
+    """The shapes match the model's input ``(None, None, 3)`` but its Reshape refuses 5 rows: the compiled call fails,
+    then the eager check pass gives kerascope's message (as before the graph reading), not the trace's error."""
+    model = _reshaping_model()
+    x = np.zeros((2, 5, 3), np.float32)
+    run = {
+        "saliency": lambda: ks.Saliency(model).explain(x, targets=0),
+        "gradcam": lambda: ks.GradCAM(model, layer=model.layers[2]).explain(x, targets=0),
+        "forward": lambda: ks.Saliency(model).engine.forward(x),
+        "scores": lambda: ks.Saliency(model).engine.scores(x, targets=0),
+    }[call]
+    with pytest.raises(ValueError, match=r"Model '.*' cannot be called on these inputs\. Received: inputs as a single"):
+        run()
+    ks.Saliency(model).explain(np.zeros((2, 4, 3), np.float32), targets=0)  # the shapes it takes still work
+
+
+def test_probabilities_without_a_softmax_layer_still_warn_when_saturated() -> None:
+    """A functional model ending in a Lambda softmax: nothing to bypass and the graph cannot say whether it outputs
+    probabilities; the saturated scores make kerascope look (one eager call) and warn as before."""
+    keras.utils.set_random_seed(1)
+    i = keras.Input((5,))
+    logits = keras.layers.Dense(2)(i)
+    model = keras.Model(i, keras.layers.Lambda(lambda t: keras.ops.softmax(t * 100.0))(logits))
+    x = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32)
+    method = ks.Saliency(model)
+    with pytest.warns(RuntimeWarning, match="saturated probabilities"):
+        method.explain(x, targets=0)
+    assert method.engine.forward_gives_probabilities is True
+    assert method.engine.bypassed_layers == []
+
+
+def test_logits_model_settles_not_probabilities_without_calling_it() -> None:
+    """Scores outside [0, 1] show that the output is no probabilities: no eager pass is made to find out."""
+    keras.utils.set_random_seed(2)
+    i = keras.Input((4,))
+    model = keras.Model(i, keras.layers.Dense(3, bias_initializer="ones")(CountCalls()(i)))
+    method = ks.Saliency(model)
+    before = len(CALLS)
+    method.explain(np.ones((2, 4), np.float32) * 3.0, targets=[0, 1])
+    traced = len(CALLS) - before
+    if keras.backend.backend() == "tensorflow":
+        assert traced == 1  # the trace only (JAX traces its function more than once)
+    assert method.engine.forward_gives_probabilities is False
+    assert len(CALLS) - before == traced  # settled by the scores: no call to find out
+
+
+def test_read_and_observed_first_calls_give_identical_maps() -> None:
+    """The same functional model explained through the graph reading and through the eager pass (forced by an
+    ``output_layer`` equal to the output, which is never read from the graph)."""
+    keras.utils.set_random_seed(3)
+    i = keras.Input((8, 8, 2))
+    h = keras.layers.Conv2D(4, 3, activation="relu", padding="same", name="conv")(i)
+    out = keras.layers.Dense(3, name="logits")(keras.layers.GlobalAveragePooling2D()(h))
+    model = keras.Model(i, keras.layers.Softmax(name="soft")(out))
+    x = np.random.default_rng(1).uniform(0, 1, (3, 8, 8, 2)).astype(np.float32)
+    read = ks.GradCAM(model, layer="conv").explain(x, targets=[0, 1, 2])
+    observed = ks.GradCAM(model, layer="conv", output_layer="logits").explain(x, targets=[0, 1, 2])
+    np.testing.assert_allclose(read.attributions, observed.attributions, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(read.scores, observed.scores, rtol=1e-5, atol=1e-6)
+    assert ks.GradCAM(model, layer="conv").engine.bypassed_layers == ["soft"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core.bn_fold import _scale_kernel, fold_batchnorm, foldable_pairs
+from kerascope.core.bn_fold import FOLD_BACKENDS, _scale_kernel, fold_batchnorm, foldable_pairs
 from kerascope.core.engine import Engine
 
 L = keras.layers
@@ -62,8 +62,13 @@ def names(pairs):
     return [(a.name, b.name) for a, b in pairs]
 
 
+FOLDS = keras.backend.backend() in FOLD_BACKENDS  # JAX: not folded (XLA fuses the normalisation already)
+
+
 def test_every_pair_of_the_model_is_folded(model):
-    assert names(Engine(model).folded_pairs()) == [("c1", "bn1"), ("dw", "bn2"), ("c3", "bn3"), ("d1", "bn4")]
+    expected = [("c1", "bn1"), ("dw", "bn2"), ("c3", "bn3"), ("d1", "bn4")]
+    assert names(foldable_pairs(model)) == expected
+    assert names(Engine(model).folded_pairs()) == (expected if FOLDS else [])
     assert Engine(model, fold_batchnorm=False).folded_pairs() == []
 
 
@@ -99,9 +104,9 @@ def test_gradcam_at_layers_around_a_pair(model, x, layer):
     plain = ks.GradCAM(model, layer=layer, fold_batchnorm=False).explain(x, targets=[0, 1, 2])
     np.testing.assert_allclose(folded.attributions, plain.attributions, **TOL)
     probed = Engine(model).folded_pairs(Engine(model).resolve_layers([layer]))
-    assert ("dw", "bn2") in names(probed) or layer in ("dw", "bn2")
+    assert ("dw", "bn2") in names(probed) or layer in ("dw", "bn2") or not FOLDS
     assert ("dw", "bn2") not in names(probed) or layer not in ("dw", "bn2")
-    assert len(probed) == (3 if layer in ("dw", "bn2") else 4)
+    assert len(probed) == ((3 if layer in ("dw", "bn2") else 4) if FOLDS else 0)
 
 
 def test_model_unchanged_after_a_call_and_after_an_exception(model, x, unchanged):

@@ -21,7 +21,7 @@ import numpy as np
 
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
-from kerascope.core.bn_fold import fold_batchnorm, foldable_pairs
+from kerascope.core.bn_fold import FOLD_BACKENDS, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.graph_reading import call_count, output_probabilities, output_softmax, parent_counts
@@ -134,8 +134,9 @@ class Engine:
     model calls more than once (a shared layer; see :mod:`kerascope.core.calls`):
     such a layer without ``call_index`` raises :class:`~kerascope.core.calls.SharedLayerError`.
     ``fold_batchnorm=True`` (default) runs each Conv / Dense layer followed only by a
-    ``BatchNormalization`` as one layer inside the compiled passes (``core/bn_fold.py``; the model is
-    not changed; float32 rounding differs, ~1e-6 relative); ``False`` runs the model's own graph.
+    ``BatchNormalization`` as one layer inside the compiled passes on TensorFlow and PyTorch
+    (``core/bn_fold.py``; the model is not changed; float32 rounding differs, ~1e-6 relative);
+    ``False`` runs the model's own graph.
 
     Example:
         >>> import keras, numpy as np
@@ -749,7 +750,8 @@ class Engine:
     def folded_pairs(self, probed: Sequence[keras.Layer] = ()) -> list[tuple[keras.Layer, keras.Layer]]:
         """The ``(Conv / Dense, BatchNormalization)`` pairs run as one layer in a float32 pass that probes ``probed``.
 
-        Empty with ``fold_batchnorm=False``. A pair with a probed layer (or ``output_layer``) is not
+        Empty with ``fold_batchnorm=False`` and on JAX (``core.bn_fold.FOLD_BACKENDS``: XLA fuses the
+        normalisation already). A pair with a probed layer (or ``output_layer``) is not
         folded, so what the method reads there is the layer's own output (see ``core/bn_fold.py``).
 
         Example:
@@ -760,7 +762,7 @@ class Engine:
             >>> [(a.name, b.name) for a, b in Engine(m).folded_pairs()], Engine(m).folded_pairs([bn])
             ([('d', 'bn')], [])
         """
-        if not self.fold_batchnorm:
+        if not self.fold_batchnorm or keras.backend.backend() not in FOLD_BACKENDS:
             return []
         explained = self.explained_layer()
         skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())

@@ -34,6 +34,20 @@ from kerascope._backend import tensorflow as tf_backend  # noqa: E402
 from kerascope.methods import registry  # noqa: E402
 
 
+def floor_gradient(model: Any, shape: tuple[int, ...]) -> Any:
+    """The floor: a hand-written compiled forward + backward (``bench/suite.py``'s ``grad``), ``(x, targets)``."""
+    spec = [tf.TensorSpec((None, *shape), tf.float32), tf.TensorSpec((None,), tf.int32)]
+
+    @tf.function(input_signature=spec)
+    def grad(inputs: tf.Tensor, t: tf.Tensor) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            total = tf.reduce_sum(tf.gather(model(inputs, training=False), t, axis=1, batch_dims=1))
+        return tape.gradient(total, inputs)
+
+    return grad
+
+
 def traced_functions(method: Any, x: np.ndarray, targets: np.ndarray) -> list[Any]:
     """The concrete functions of the ``tf.function``s kerascope compiles during one ``explain`` call."""
     made: list[Any] = []
@@ -100,15 +114,7 @@ def main() -> None:
     targets = np.arange(args.images) % 4
     functions = traced_functions(registry.get(args.method)(model), x, targets)
 
-    spec = [tf.TensorSpec((None, *shape), tf.float32), tf.TensorSpec((None,), tf.int32)]
-
-    @tf.function(input_signature=spec)
-    def grad(inputs: tf.Tensor, t: tf.Tensor) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(inputs)
-            total = tf.reduce_sum(tf.gather(model(inputs, training=False), t, axis=1, batch_dims=1))
-        return tape.gradient(total, inputs)
-
+    grad = floor_gradient(model, shape)
     columns = {"floor": op_times(grad.get_concrete_function(), x, targets, args.runs)}
     # DeepLIFT's shared layout: the inputs and, last, one zeros reference row
     rows = np.concatenate([x, np.zeros((1, *shape), np.float32)]) if "deeplift" in args.method else x

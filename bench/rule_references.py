@@ -206,18 +206,11 @@ def torch_runners(torch: Any, z: types.SimpleNamespace, net: Any, x: np.ndarray,
 def keras_runners(model: Any, x: np.ndarray, targets: np.ndarray, batch_size: int) -> dict:
     """The TensorFlow floor (``bench/suite.py``'s ``grad``) and kerascope's DeepLIFT / LRP."""
     import tensorflow as tf
+    from op_profile import floor_gradient  # bench/op_profile.py
 
     import kerascope as ks
 
-    spec = [tf.TensorSpec((None, *x.shape[1:]), tf.float32), tf.TensorSpec((None,), tf.int32)]
-
-    @tf.function(input_signature=spec)
-    def grad(inputs: tf.Tensor, t: tf.Tensor) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(inputs)
-            total = tf.reduce_sum(tf.gather(model(inputs, training=False), t, axis=1, batch_dims=1))
-        return tape.gradient(total, inputs)
-
+    grad = floor_gradient(model, x.shape[1:])
     xs, ts = tf.constant(x), tf.constant(targets.astype(np.int32))
     deeplift = ks.DeepLIFT(model, batch_size=batch_size)
     plus = ks.LRP(model, composite="epsilon_plus", init="one_hot", batch_size=batch_size)  # zennit's init

@@ -290,17 +290,6 @@ def _with_vjp(fn: Callable[[Any], Any], backward: Callable[[Any, Any, Any, Calla
     return wrapped
 
 
-def select(condition: Any, a: Any, b: Any) -> Any:
-    """``a`` where ``condition``, else ``b``, element-wise (``keras.ops.where``; TensorFlow's has its own kernel).
-
-    Example:
-        >>> import numpy as np
-        >>> keras.ops.convert_to_numpy(select(np.array([True, False]), np.array([1.0, 2.0]), np.array([3.0, 4.0]))).tolist()
-        [1.0, 4.0]
-    """
-    return keras.ops.where(condition, a, b)
-
-
 def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
     """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
 

@@ -182,9 +182,11 @@ def _safe_divide(numerator: Any, delta_in: Any, fallback: Any, eps: float = EPS)
     The division is not guarded: where ``delta_in`` is 0 it gives inf / NaN, which the
     ``where`` never selects (nothing differentiates through a backward rule). One ``where``
     instead of two: on the demo model the selects were a quarter of DeepLIFT's backward pass;
-    the backend's ``select`` (TensorFlow: the same-shape kernel, half ``tf.where``'s time on CPU).
+    the backend's own ``select`` where it has one (TensorFlow: the same-shape kernel, half
+    ``tf.where``'s time on CPU), else ``keras.ops.where``.
     """
-    return _backend.get().select(keras.ops.abs(delta_in) < eps, fallback, numerator / delta_in)
+    select = getattr(_backend.get(), "select", keras.ops.where)
+    return select(keras.ops.abs(delta_in) < eps, fallback, numerator / delta_in)
 
 
 def _layout(shared: bool | Shared) -> Shared | None:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("total", "check", "count", "trace", "execute", "rest")
 
 CHILD = r'''
-import json, os, sys, time
+import contextlib, json, os, sys, time
 sys.path.insert(0, {tree!r})
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np, keras, tensorflow as tf
@@ -60,16 +60,18 @@ timed(engine.Engine, "_calls", "count")
 
 def direct(compiled):  # backend._direct, with the trace and the first execution timed apart
     concrete = []
+    options = getattr(backend, "_call_options", None)  # the call options of the tree timed (absent before)
     def call(*args):
-        if not concrete:
-            start = time.process_time()
-            concrete.append(compiled.get_concrete_function(*args))
-            spent["trace"] += time.process_time() - start
-            start = time.process_time()
-            result = concrete[0](*args)
-            spent["execute"] += time.process_time() - start
-            return result
-        return concrete[0](*args)
+        with options() if options is not None else contextlib.nullcontext():
+            if not concrete:
+                start = time.process_time()
+                concrete.append(compiled.get_concrete_function(*args))
+                spent["trace"] += time.process_time() - start
+                start = time.process_time()
+                result = concrete[0](*args)
+                spent["execute"] += time.process_time() - start
+                return result
+            return concrete[0](*args)
     return call
 
 backend._direct = direct

@@ -172,3 +172,35 @@ def test_first_call_runs_the_models_code_once_per_pass_and_traces_once(name: str
     if kind == "subclassed":  # the same weights, read against observed: identical maps
         want = make(model).explain(_images(3), targets=[0, 1, 2])
         np.testing.assert_allclose(np.asarray(got.attributions), np.asarray(want.attributions), rtol=1e-5, atol=1e-7)
+
+
+def test_cpu_call_options_give_the_same_numbers_and_are_restored() -> None:
+    """Issue 18 item 4: on a machine without GPUs kerascope's compiled functions run one Grappler pass, without the
+    GPU layout and memory optimisers (``_backend/tensorflow.py``): bit-identical maps to TensorFlow's default
+    options on the same weights, and the thread's own call options are back after each call."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("TensorFlow's call options")
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.eager import context
+
+    from kerascope._backend import tensorflow as backend
+
+    options = backend._cpu_call_options()
+    if options is None:
+        pytest.skip("a GPU is visible: TensorFlow's own options are kept")
+    rewrite = config_pb2.ConfigProto.FromString(options.config_proto_serialized).graph_options.rewrite_options
+    config = rewriter_config_pb2.RewriterConfig
+    assert (rewrite.meta_optimizer_iterations, rewrite.layout_optimizer, rewrite.memory_optimization) == (
+        config.ONE, config.OFF, config.NO_MEM_OPT)
+    x = _images(3, seed=6)
+    maps = []
+    try:
+        for chosen in (None, options):
+            backend._CPU_OPTIONS[:] = [chosen]
+            before = context.context().function_call_options
+            maps.append(np.asarray(ks.Saliency(build(seed=7)).explain(x, targets=[0, 1, 2]).attributions))
+            assert context.context().function_call_options is before
+    finally:
+        backend._CPU_OPTIONS[:] = [options]
+    np.testing.assert_array_equal(maps[0], maps[1])
+    assert np.abs(maps[0]).max() > 0

@@ -46,6 +46,7 @@ def one_thread() -> None:
 
 
 def build(name: str, size: int, seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)  # the same random network in every run (its conditioning varies by draw)
     model = getattr(keras.applications, CONSTRUCTORS[name])(weights=None, input_shape=(size, size, 3),
                                                             classifier_activation=None)
     rng = np.random.default_rng(seed)
@@ -85,11 +86,12 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--float64", action="store_true", help="TensorFlow: also compare to a float64 twin")
+    parser.add_argument("--seed", type=int, default=0, help="weights and BN statistics of the random network")
     args = parser.parse_args()
     one_thread()
     from kerascope.core.engine import Engine
 
-    model = build(args.model, args.size)
+    model = build(args.model, args.size, args.seed)
     x = np.random.default_rng(0).random((args.images, args.size, args.size, 3), dtype=np.float32)
     folded, unfolded = Engine(model, fold_batchnorm=True), Engine(model, fold_batchnorm=False)
     pairs = len(folded.folded_pairs())

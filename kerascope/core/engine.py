@@ -135,7 +135,7 @@ class Engine:
     such a layer without ``call_index`` raises :class:`~kerascope.core.calls.SharedLayerError`.
     ``fold_batchnorm=True`` (default) runs each Conv / Dense layer followed only by a
     ``BatchNormalization`` as one layer inside the compiled passes on TensorFlow and PyTorch
-    (``core/bn_fold.py``; the model is not changed; float32 rounding differs, ~1e-6 relative);
+    (``core/bn_fold.py``; the model is not changed; float32 rounding differs, ~1e-6 relative, see docs/performance.md);
     ``False`` runs the model's own graph.
 
     Example:

@@ -8,6 +8,8 @@ a change of the weights between two calls gives the new numbers.
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -166,6 +168,15 @@ def _activation(x):
     return L.BatchNormalization(name="bn")(L.Conv2D(3, 3, activation="relu", name="c")(x))
 
 
+def _activation_layer(x):  # an activation with no __name__: still an activation, not the identity
+    return L.BatchNormalization(name="bn")(L.Conv2D(3, 3, activation=L.ReLU(), name="c")(x))
+
+
+def _activation_partial(x):
+    leaky = functools.partial(keras.activations.leaky_relu, negative_slope=0.1)
+    return L.BatchNormalization(name="bn")(L.Conv2D(3, 3, activation=leaky, name="c")(x))
+
+
 def _training(x):
     return L.BatchNormalization(name="bn")(L.Conv2D(3, 3, name="c")(x), training=True)
 
@@ -187,7 +198,8 @@ def _subclassed_conv(x):
     return L.BatchNormalization(name="bn")(MyConv(3, 3, name="c")(x))
 
 
-@pytest.mark.parametrize("build", [_other_reader, _shared_conv, _shared_bn, _activation, _training,
+@pytest.mark.parametrize("build", [_other_reader, _shared_conv, _shared_bn, _activation, _activation_layer,
+                                   _activation_partial, _training,
                                    _conv_is_an_output, _wrong_axis, _subclassed_conv],
                          ids=lambda f: f.__name__.strip("_"))
 def test_pairs_that_would_not_fold_exactly_are_left_alone(build):
@@ -239,3 +251,58 @@ def test_each_layer_kind_folds_to_the_same_outputs(shape, build, on_kernel):
 def test_the_option_is_a_flag():
     with pytest.raises((TypeError, ValueError), match="fold_batchnorm"):
         ks.Saliency(bn_cnn(), fold_batchnorm="no")
+
+
+# ------------------------------------------------------------------------- calls the graph does not show
+class OverridingModel(keras.Model):
+    """A Functional subclass whose ``call`` reads the conv once more: its graph is not what runs."""
+
+    def __init__(self):
+        x = keras.Input((4,))
+        conv = L.Dense(3, name="c")
+        super().__init__(x, L.BatchNormalization(name="bn")(conv(x)))
+        self.conv = conv
+
+    def call(self, x, training=None):
+        return super().call(x, training=training) + self.conv(x)
+
+
+def test_a_functional_subclass_that_overrides_call_is_not_folded():
+    model = OverridingModel()
+    randomise_bn(model)
+    assert foldable_pairs(model) == []
+    v = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    folded = ks.Saliency(model).explain(v, targets=0).attributions
+    plain = ks.Saliency(model, fold_batchnorm=False).explain(v, targets=0).attributions
+    np.testing.assert_allclose(folded, plain, **TOL)
+
+
+def _closure_model():
+    """``c`` runs once in the graph (before a BN) and once inside a Lambda that closes over it."""
+    keras.utils.set_random_seed(0)
+    conv = L.Conv2D(3, 1, name="c")
+    x = keras.Input((6, 6, 3))
+    h = L.ReLU()(L.BatchNormalization(name="bn")(conv(x)))
+    h = L.Lambda(lambda t: conv(t), name="closure")(h)
+    model = keras.Model(x, L.Dense(3)(L.Flatten()(h)))
+    randomise_bn(model)
+    return model
+
+
+def test_a_layer_called_outside_the_graph_reruns_the_pass_unfolded():
+    model = _closure_model()
+    v = np.random.default_rng(0).random((2, 6, 6, 3), dtype=np.float32)
+    method = ks.Saliency(model)
+    folded = method.explain(v, targets=0).attributions
+    plain = ks.Saliency(model, fold_batchnorm=False).explain(v, targets=0).attributions
+    np.testing.assert_allclose(folded, plain, **TOL)
+    if FOLDS:  # the pair looked foldable from the graph; the pass showed otherwise
+        assert names(foldable_pairs(model)) == [("c", "bn")]
+        assert method.engine.folded_pairs() == []
+
+
+def test_a_probed_layer_called_outside_the_graph_is_refused():
+    model = _closure_model()
+    v = np.random.default_rng(0).random((2, 6, 6, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match="called 2 times"):
+        ks.GradCAM(model, layer="c", fold_batchnorm=False).explain(v, targets=0)

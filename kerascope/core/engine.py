@@ -21,7 +21,7 @@ import numpy as np
 
 from kerascope import _backend
 from kerascope.core import targets as targets_lib
-from kerascope.core.bn_fold import FOLD_BACKENDS, fold_batchnorm, foldable_pairs
+from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.graph_reading import call_count, output_probabilities, output_softmax, parent_counts
@@ -170,6 +170,7 @@ class Engine:
         self.precision = check_precision(precision)  # None (float32) or the reduced compute type
         self.call_index = check_call_index(call_index)
         self.fold_batchnorm = fold_batchnorm
+        self._fold_refused = False  # set when a folded pass proved inexact (see _call_model)
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
         self._first_row: Any = None  # one sample of the first inputs, while a graph reading awaits the values
@@ -453,6 +454,13 @@ class Engine:
         """A shared layer must be called as often when compiled as eagerly, else its calls cannot be matched."""
         for layer, eager in zip(layers, counts, strict=True):
             traced = len(recorder.outputs.get(id(layer), ()))
+            if eager == 1 and traced > 1:  # a call the graph (or the eager count) did not show
+                raise ValueError(
+                    f"Layer {self.path_of(layer)!r} is called {traced} times in the compiled forward pass, but the "
+                    f"model's graph shows 1 call: another layer calls it from its own code (e.g. a Lambda that "
+                    f"closes over it), so its calls cannot be told apart. Received: layer={self.path_of(layer)!r}, "
+                    f"call_index={self.call_index!r}. Probe a layer that only the model's graph calls."
+                )
             if eager > 1 and traced != eager:  # a plain ValueError: the TF backend re-raises it unwrapped
                 raise ValueError(
                     f"Layer {self.path_of(layer)!r} is called {eager} times in an eager forward pass but {traced} "
@@ -729,8 +737,28 @@ class Engine:
         With ``fold`` (and the engine's ``fold_batchnorm``, no ``rule`` or one whose ``folds_batchnorm``
         is true, float32) every Conv / Dense +
         BatchNormalization pair that neither is probed nor is ``output_layer`` runs as one layer
-        (``core/bn_fold.py``: exact up to float32 rounding).
+        (``core/bn_fold.py``: exact up to float32 rounding). A folded layer called apart from its
+        BatchNormalization (code outside the graph, e.g. a ``Lambda`` closure) makes the pass rerun
+        unfolded, and this engine folds no more.
         """
+        try:
+            return self._call_model_once(model_arg, arrays, bypass, layers, transform, rule, positions, fold)
+        except FoldMismatch:
+            self._fold_refused = True
+            return self._call_model_once(model_arg, arrays, bypass, layers, transform, rule, positions, False)
+
+    def _call_model_once(
+        self,
+        model_arg: Callable[[list[Any]], Any],
+        arrays: list[Any],
+        bypass: Sequence[keras.Layer],
+        layers: Sequence[keras.Layer],
+        transform: Callable[[int, keras.Layer, Any], Any] | None,
+        rule: str | None,
+        positions: Sequence[int | None] | None,
+        fold: bool,
+    ) -> tuple[Any, Any]:
+        """One pass of :meth:`_call_model` (folding as ``fold`` says)."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(reduced_precision(self.model, self.precision))  # restored on exit
             if rule == "deeplift":
@@ -762,7 +790,7 @@ class Engine:
             >>> [(a.name, b.name) for a, b in Engine(m).folded_pairs()], Engine(m).folded_pairs([bn])
             ([('d', 'bn')], [])
         """
-        if not self.fold_batchnorm or keras.backend.backend() not in FOLD_BACKENDS:
+        if not self.fold_batchnorm or self._fold_refused or keras.backend.backend() not in FOLD_BACKENDS:
             return []
         explained = self.explained_layer()
         skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())

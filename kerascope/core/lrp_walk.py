@@ -94,6 +94,22 @@ class Sites:
     problems: list[str] = field(default_factory=list)
 
 
+def is_linear_activation(activation: Any) -> bool:
+    """``activation`` is Keras's identity (``None`` or ``keras.activations.linear`` itself).
+
+    By identity, never by name: a layer instance, a ``functools.partial`` or a user function called
+    ``linear`` is an activation to apply, not one to skip.
+
+    Example:
+        >>> import functools, keras
+        >>> is_linear_activation(keras.layers.Dense(2).activation), is_linear_activation(keras.layers.ReLU())
+        (True, False)
+        >>> is_linear_activation(functools.partial(keras.activations.leaky_relu, negative_slope=0.1))
+        False
+    """
+    return activation is None or activation is keras.activations.linear
+
+
 def _types(names: tuple[str, ...]) -> tuple[type, ...]:
     return tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n))
 
@@ -104,7 +120,7 @@ def _activation_ok(layer: Any, bypassed: list[str], path: str) -> str | None:
     if activation is None:
         return None
     act = getattr(activation, "__name__", type(activation).__name__)
-    if act == "linear" or act in ELEMENTWISE_ACTIVATIONS or (act == "softmax" and path in bypassed):
+    if is_linear_activation(activation) or act in ELEMENTWISE_ACTIVATIONS or (act == "softmax" and path in bypassed):
         return None
     return f"{path!r} ({type(layer).__name__} with activation {act!r})"
 
@@ -302,7 +318,7 @@ def _feeds_batchnorm_only(layer: keras.Layer) -> bool:
 
     Its own rule terms would be dead work: the BatchNormalization evaluates the rule with the fused
     parameters. Layers without graph nodes (subclassed models) keep their terms."""
-    if getattr(getattr(layer, "activation", None), "__name__", "linear") != "linear":
+    if not is_linear_activation(getattr(layer, "activation", None)):
         return False
     nodes = getattr(layer, "_outbound_nodes", None) or []
     for node in nodes:
@@ -430,13 +446,13 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                 kernel, bias = _params(__layer)
                 x = keras.ops.convert_to_tensor(inputs)
                 activation = getattr(__layer, "activation", None)
-                name = getattr(activation, "__name__", "linear")
+                name = getattr(activation, "__name__", type(activation).__name__)
                 if __folded:  # the BatchNormalization after it evaluates the rule with the fused parameters
                     out = affine_function(__layer)(x, kernel, bias)
                     recorded[id(out)] = (out, __layer, x, __apply, known(inputs) or known(x))
                     keep.append(out)
                     return out
-                if activation is None or name == "linear":
+                if is_linear_activation(activation):
                     out = __apply(__layer, x, kernel, bias, nonneg=known(inputs) or known(x))
                     recorded[id(out)] = (out, __layer, x, __apply, known(inputs) or known(x))
                     keep.append(out)

@@ -211,3 +211,45 @@ def test_read_and_observed_first_calls_give_identical_maps() -> None:
     np.testing.assert_allclose(read.attributions, observed.attributions, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(read.scores, observed.scores, rtol=1e-5, atol=1e-6)
     assert ks.GradCAM(model, layer="conv").engine.bypassed_layers == ["soft"]
+
+
+# ------------------------------------------------------- a softmax another explained output reads
+class Wrapper(keras.Model):
+    """Subclassed: its softmax is found by the eager pass, not from a graph."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def call(self, x):
+        return self.inner(x)
+
+
+def _probs_and_head():
+    keras.utils.set_random_seed(0)
+    x = keras.Input((4,))
+    p = keras.layers.Softmax(name="sm")(keras.layers.Dense(3, name="logits")(x))
+    return keras.Model(x, [p, keras.layers.Dense(1, name="q")(p)])
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the reference uses tf.GradientTape")
+@pytest.mark.parametrize("wrap", [False, True], ids=["functional", "subclassed"])
+def test_a_softmax_read_by_the_explained_output_is_not_bypassed(wrap):
+    import tensorflow as tf
+
+    model = _probs_and_head()
+    explained = Wrapper(model) if wrap else model
+    v = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
+    xt = tf.constant(v)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(xt)
+        logits = model.get_layer("logits")(xt)
+        q = model(xt)[1][:, 0]
+        z = logits[:, 0]
+    expected_q, expected_logit = tape.gradient(q, xt).numpy(), tape.gradient(z, xt).numpy()
+    head = ks.Saliency(explained, output_index=1).explain(v, targets=0)
+    np.testing.assert_allclose(head.attributions, expected_q, rtol=1e-5, atol=1e-7)
+    assert ks.Saliency(explained, output_index=1).engine.space.bypass() == []
+    # the softmax output itself is still explained as logits
+    probs = ks.Saliency(explained, output_index=0).explain(v, targets=0)
+    np.testing.assert_allclose(probs.attributions, expected_logit, rtol=1e-5, atol=1e-7)

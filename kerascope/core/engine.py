@@ -24,7 +24,13 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.deeplift_rules import deeplift_rules
-from kerascope.core.graph_reading import call_count, output_probabilities, output_softmax, parent_counts
+from kerascope.core.graph_reading import (
+    call_count,
+    output_probabilities,
+    output_softmax,
+    parent_counts,
+    producing,
+)
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure, model_input_names
 from kerascope.core.layers import find_layer, iter_layers, path_of
 from kerascope.core.output_space import (
@@ -556,7 +562,10 @@ class Engine:
                 chosen = self.select(graph._outputs_struct)
             except ValueError:
                 probabilities = False
-            else:
+            else:  # only a softmax that produces the explained output is bypassed (another output may read it)
+                found = producing(found, chosen)
+                if found is None:
+                    return False
                 probabilities = output_probabilities(model, chosen, found)
         counts = ()
         if layers:
@@ -636,11 +645,13 @@ class Engine:
     def _settle_softmax(self, candidates: Sequence[keras.Layer], recorded: dict[int, list[Any]], explained: Any) -> None:
         """Let the output space decide from one probed pass: which softmax is bypassed, probabilities out or not."""
         # output_layer: its output is explained as it is, nothing bypassed
-        found = [] if self.output_layer is not None else softmax_outputs(candidates, recorded, explained)
         try:  # several outputs and no output_index: only a callable target can say which one
             chosen = keras.ops.convert_to_numpy(self.select(explained))
         except ValueError:
             chosen = None
+        # only a softmax whose output is the explained output is bypassed: another output may read it
+        explained_outputs = explained if chosen is None else chosen
+        found = [] if self.output_layer is not None else softmax_outputs(candidates, recorded, explained_outputs)
         self.space.settle(found, chosen)
 
     def _check_saturation(

@@ -20,7 +20,7 @@ import keras
 from kerascope.core.calls import chain_ranks
 from kerascope.core.layers import child_layers
 
-__all__ = ["call_count", "graph_of", "output_probabilities", "output_softmax"]
+__all__ = ["call_count", "graph_of", "output_probabilities", "output_softmax", "producing"]
 
 
 def graph_of(layer: Any) -> Any | None:
@@ -97,6 +97,25 @@ def output_softmax(model: keras.Layer, candidates: Sequence[keras.Layer]) -> lis
     if any(id(layer) not in produced for layer in candidates):
         return None
     return list(candidates)
+
+
+def producing(softmax: Sequence[keras.Layer], chosen: Any) -> list[keras.Layer] | None:
+    """The layers of ``softmax`` that produce ``chosen`` (a symbolic model output); ``None`` where unreadable.
+
+    A softmax whose output another model output reads (``[p, Dense(1)(p)]``, explaining the
+    second) must not be bypassed: the explained output would change.
+
+    Example:
+        >>> import keras
+        >>> x = keras.Input((3,)); s = keras.layers.Softmax(); p = s(x); q = keras.layers.Dense(1)(p)
+        >>> producing([s], p) == [s], producing([s], q)
+        (True, [])
+    """
+    chain = _producers(chosen)
+    if chain is None:
+        return None
+    ids = {id(op) for op in chain}
+    return [layer for layer in softmax if id(layer) in ids]
 
 
 def output_probabilities(model: keras.Layer, chosen: Any, softmax: Sequence[keras.Layer]) -> bool | None:

@@ -42,6 +42,7 @@ from kerascope.core.lrp_walk import (
     _fused_params,
     _on_channels,
     _params,
+    _types,
     affine_function,
     batchnorm_fold,
     is_linear_activation,
@@ -109,7 +110,7 @@ def _walk(model: keras.Layer) -> tuple[list[tuple[Any, Any]], set[int]]:
 def _plain(layer: Any, names: Sequence[str]) -> bool:
     """An exact built-in class among ``names``, float32, not quantised, no LoRA."""
     return (
-        type(layer) in tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n))
+        type(layer) in _types(tuple(names))
         and getattr(layer, "compute_dtype", None) == "float32"
         and getattr(layer, "variable_dtype", None) == "float32"
         and getattr(layer, "quantization_mode", None) is None

@@ -26,6 +26,7 @@ from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.graph_reading import (
     call_count,
+    graph_of,
     output_probabilities,
     output_softmax,
     parent_counts,
@@ -557,9 +558,8 @@ class Engine:
             found = output_softmax(model, softmax_candidates(model))
             if found is None:
                 return False
-            graph = model if not hasattr(model, "_functional") else model._functional
             try:  # several outputs and no output_index: no output chosen, not probabilities (as eagerly)
-                chosen = self.select(graph._outputs_struct)
+                chosen = self.select(graph_of(model)._outputs_struct)
             except ValueError:
                 probabilities = False
             else:  # only a softmax that produces the explained output is bypassed (another output may read it)
@@ -780,7 +780,7 @@ class Engine:
                 backend = _backend.get()
                 stack.enter_context(override_relu_gradients(self.model, lambda f: backend.modified_relu(f, rule)))
             folds = rule is None or getattr(rule, "folds_batchnorm", False)  # a rule on non-linearities only
-            if fold and folds and self.precision is None and self.fold_batchnorm:
+            if fold and folds and self.precision is None:  # (folded_pairs: none with fold_batchnorm=False)
                 stack.enter_context(fold_batchnorm(self.folded_pairs(layers)))  # restored on exit
             recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)
@@ -1041,11 +1041,7 @@ class Engine:
             outs = [fn(arrays) for _, arrays in prepared.chunks(batch_size)]
         merged = keras.tree.map_structure(lambda *xs: np.concatenate(xs, axis=0), *outs)
         if self.space.probabilities_pending:  # nothing bypassed: these are the explained output's values
-            try:
-                chosen = np.asarray(self.select(merged))[:1]
-            except ValueError:
-                chosen = None
-            self.space.probabilities_out, self._first_row = is_probabilities(chosen), None
+            self._settle_probabilities(keras.tree.map_structure(lambda a: a[:1], merged))  # one sample, as eagerly
         return merged
 
     def scorer(

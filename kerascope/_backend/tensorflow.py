@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
+
 NAME = "tensorflow"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kerascope/, not importing it
 

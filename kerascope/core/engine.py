@@ -23,6 +23,7 @@ from kerascope import _backend
 from kerascope.core import targets as targets_lib
 from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
+from kerascope.core.conv_backward import cheaper_backward, conv_ops
 from kerascope.core.deeplift_rules import deeplift_rules
 from kerascope.core.graph_reading import (
     call_count,
@@ -782,6 +783,7 @@ class Engine:
             folds = rule is None or getattr(rule, "folds_batchnorm", False)  # a rule on non-linearities only
             if fold and folds and self.precision is None:  # (folded_pairs: none with fold_batchnorm=False)
                 stack.enter_context(fold_batchnorm(self.folded_pairs(layers)))  # restored on exit
+                stack.enter_context(cheaper_backward(self.conv_ops(layers)))  # restored on exit
             recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)
         return outputs, recorder
@@ -809,6 +811,25 @@ class Engine:
         structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])  # as _layer_index
         pairs = self.memo(("batchnorm_pairs", structure), lambda: foldable_pairs(model))
         return [pair for pair in pairs if id(pair[0]) not in skip and id(pair[1]) not in skip]
+
+    def conv_ops(self, probed: Sequence[keras.Layer] = ()) -> list[tuple[keras.Layer, Callable[[Any, Any], Any]]]:
+        """The convolutions run with a cheaper exact backward in a float32 pass that probes ``probed``.
+
+        ``core/conv_backward.py``: on TensorFlow without a GPU, stem and 1x1 ``Conv2D`` layers
+        (``_backend/tf_conv.py``); none elsewhere. A probed layer (or ``output_layer``) keeps its own op.
+
+        Example:
+            >>> import keras
+            >>> m = keras.Sequential([keras.Input((9, 9, 3)), keras.layers.Conv2D(2, 3, strides=2, name="stem")])
+            >>> [layer.name for layer, _ in Engine(m).conv_ops()] in ([], ["stem"])
+            True
+        """
+        explained = self.explained_layer()
+        skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())
+        model = self.model
+        structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])  # as folded_pairs
+        ops = self.memo(("conv_ops", structure), lambda: conv_ops(model, _backend.get()))
+        return [(layer, op) for layer, op in ops if id(layer) not in skip]
 
     def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:
         """``(scores, resolved targets)`` of the model outputs (inside a compiled function)."""

@@ -286,9 +286,13 @@ def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
     depthwise = _is_depthwise(layer)
 
     def conv(x: Any, kernel: Any, bias: Any) -> Any:
-        op = keras.ops.depthwise_conv if depthwise else keras.ops.conv
-        out = op(x, kernel, strides=layer.strides if depthwise else list(layer.strides), padding=layer.padding,
-                 dilation_rate=layer.dilation_rate, data_format=layer.data_format)
+        patched = vars(layer).get("convolution_op")  # a scoped cheaper backward (core/conv_backward.py)
+        if patched is not None and not depthwise:
+            out = patched(x, kernel)
+        else:
+            op = keras.ops.depthwise_conv if depthwise else keras.ops.conv
+            out = op(x, kernel, strides=layer.strides if depthwise else list(layer.strides), padding=layer.padding,
+                     dilation_rate=layer.dilation_rate, data_format=layer.data_format)
         if bias is None:
             return out
         shape = (1,) * (rank + 1) + (-1,) if channels_last else (1, -1) + (1,) * rank

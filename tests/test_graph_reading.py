@@ -253,3 +253,71 @@ def test_a_softmax_read_by_the_explained_output_is_not_bypassed(wrap):
     # the softmax output itself is still explained as logits
     probs = ks.Saliency(explained, output_index=0).explain(v, targets=0)
     np.testing.assert_allclose(probs.attributions, expected_logit, rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------- a bypass that would change more than the output it produces
+@pytest.mark.parametrize("wrap", [False, True], ids=["functional", "subclassed"])
+def test_a_callable_over_all_outputs_refuses_a_softmax_another_output_reads(wrap, unchanged):
+    """``[p, Dense(1)(p)]`` with a callable target and no output_index: bypassing ``p``'s softmax would compute the
+    second output from logits (the map was that of a different function, off by 15x its scale). Refused; the
+    two ways out the message names give the model's own gradients."""
+    model = _probs_and_head()
+    explained = Wrapper(model) if wrap else model
+    check = unchanged(model)
+    v = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
+    with pytest.raises(ValueError, match=r"cannot be explained in logits.*layer 'sm'.*callable target over all"):
+        ks.Saliency(explained).explain(v, targets=lambda outputs: outputs[1][:, 0])
+    check()
+    kept = ks.Saliency(explained, output="probabilities").explain(v, targets=lambda outputs: outputs[1][:, 0])
+    one = ks.Saliency(explained, output_index=1).explain(v, targets=0)
+    np.testing.assert_allclose(kept.attributions, one.attributions, rtol=1e-5, atol=1e-7)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        xt = tf.constant(v)
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            q = tf.reduce_sum(model(xt)[1][:, 0])
+        np.testing.assert_allclose(one.attributions, tape.gradient(q, xt).numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["functional", "subclassed"])
+def test_a_callable_over_independent_outputs_still_bypasses_the_softmax(wrap):
+    """Not over-refusing: a softmax output that nothing else reads is bypassed for a callable over all outputs."""
+    keras.utils.set_random_seed(1)
+    x = keras.Input((4,))
+    logits = keras.layers.Dense(3, name="logits")(x)
+    model = keras.Model(x, [keras.layers.Softmax(name="sm")(logits), keras.layers.Dense(1, name="q")(x)])
+    explained = Wrapper(model) if wrap else model
+    v = np.random.default_rng(2).normal(size=(2, 4)).astype("float32")
+    both = ks.Saliency(explained).explain(v, targets=lambda outputs: outputs[0][:, 1] + outputs[1][:, 0])
+    kernel = keras.ops.convert_to_numpy(model.get_layer("logits").kernel)[:, 1]
+    head = keras.ops.convert_to_numpy(model.get_layer("q").kernel)[:, 0]
+    np.testing.assert_allclose(both.attributions, np.tile(kernel + head, (2, 1)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["functional", "subclassed"])
+def test_a_softmax_layer_called_again_upstream_is_refused(wrap):
+    """One ``Softmax`` instance normalising a hidden layer and the output: bypassing it changes both calls."""
+    keras.utils.set_random_seed(2)
+    x = keras.Input((4,))
+    shared = keras.layers.Softmax(name="shared_sm")
+    hidden = keras.layers.Dense(3, name="h2")(shared(keras.layers.Dense(4, name="h1")(x)))
+    model = keras.Model(x, shared(hidden))
+    explained = Wrapper(model) if wrap else model
+    v = np.random.default_rng(3).normal(size=(2, 4)).astype("float32")
+    with pytest.raises(ValueError, match=r"layer 'shared_sm'.*calls elsewhere"):
+        ks.Saliency(explained).explain(v, targets=0)
+    assert ks.Saliency(explained, output="probabilities").explain(v, targets=0).attributions.shape == (2, 4)
+
+
+def test_a_shared_softmax_head_explains_one_of_its_outputs_as_logits():
+    """A softmax head called on two inputs, each call an output: explaining one output bypasses it (not refused)."""
+    keras.utils.set_random_seed(4)
+    a, b = keras.Input((4,)), keras.Input((4,))
+    head = keras.layers.Dense(3, activation="softmax", name="head")
+    model = keras.Model([a, b], [head(a), head(b)])
+    v = np.random.default_rng(4).normal(size=(2, 4)).astype("float32")
+    got = ks.Saliency(model, output_index=0, input_index=0).explain([v, 2 * v], targets=1).attributions
+    kernel = keras.ops.convert_to_numpy(head.kernel)[:, 1]
+    np.testing.assert_allclose(got, np.tile(kernel, (2, 1)), rtol=1e-5, atol=1e-6)

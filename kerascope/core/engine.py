@@ -32,6 +32,7 @@ from kerascope.core.graph_reading import (
     output_softmax,
     parent_counts,
     producing,
+    read_elsewhere,
 )
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure, model_input_names
 from kerascope.core.layers import find_layer, iter_layers, path_of
@@ -40,6 +41,8 @@ from kerascope.core.output_space import (
     SATURATED_HIGH,
     SATURATED_LOW,
     OutputSpace,
+    bypass_error,
+    bypass_is_local,
     is_probabilities,
     is_softmax_of,
     saturation_message,
@@ -535,7 +538,7 @@ class Engine:
                     f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
                 ) from error
             if not self.space.detected:
-                self._settle_softmax(candidates, rec.outputs, explained)
+                self._settle_softmax(candidates, rec.outputs, explained, inputs.model_arg([a[:1] for a in inputs.arrays]))
             elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it
                 self._settle_probabilities(explained)
             if layers:
@@ -562,12 +565,19 @@ class Engine:
             try:  # several outputs and no output_index: no output chosen, not probabilities (as eagerly)
                 chosen = self.select(graph_of(model)._outputs_struct)
             except ValueError:
-                probabilities = False
+                chosen, probabilities = None, False
             else:  # only a softmax that produces the explained output is bypassed (another output may read it)
                 found = producing(found, chosen)
                 if found is None:
                     return False
                 probabilities = output_probabilities(model, chosen, found)
+            if found and self.space.output == "logits":  # bypassing must change nothing but the output(s) it produces
+                multiple = read_elsewhere(model, found, outputs_read=False)
+                if multiple is None or multiple:  # a softmax called more than once: the eager pass tells
+                    return False
+                clash = read_elsewhere(model, found, outputs_read=chosen is None)
+                if clash:
+                    raise bypass_error(model.name, clash, outputs_read=True)
         counts = ()
         if layers:
             parents = parent_counts(model)
@@ -641,10 +651,17 @@ class Engine:
         with contextlib.ExitStack() as stack:
             rec = stack.enter_context(probe(candidates))
             explained = self.call_model(inputs.model_arg(first), stack)
-        self._settle_softmax(candidates, rec.outputs, explained)
+        self._settle_softmax(candidates, rec.outputs, explained, inputs.model_arg(first))
 
-    def _settle_softmax(self, candidates: Sequence[keras.Layer], recorded: dict[int, list[Any]], explained: Any) -> None:
-        """Let the output space decide from one probed pass: which softmax is bypassed, probabilities out or not."""
+    def _settle_softmax(
+        self, candidates: Sequence[keras.Layer], recorded: dict[int, list[Any]], explained: Any, sample: Any
+    ) -> None:
+        """Let the output space decide from one probed pass on ``sample``: which softmax is bypassed, probabilities or not.
+
+        A softmax to bypass that the model calls more than once, or (several outputs, no
+        ``output_index``) any softmax to bypass, is checked by one more eager call with the bypass:
+        if it changed anything but its own outputs (by more than the softmax), it is refused.
+        """
         # output_layer: its output is explained as it is, nothing bypassed
         try:  # several outputs and no output_index: only a callable target can say which one
             chosen = keras.ops.convert_to_numpy(self.select(explained))
@@ -653,6 +670,17 @@ class Engine:
         # only a softmax whose output is the explained output is bypassed: another output may read it
         explained_outputs = explained if chosen is None else chosen
         found = [] if self.output_layer is not None else softmax_outputs(candidates, recorded, explained_outputs)
+        clash = []
+        for layer in found if self.space.output == "logits" else ():
+            calls = recorded.get(id(layer), ())
+            if chosen is None or len(calls) > 1:
+                with contextlib.ExitStack() as stack:
+                    bypassed = self.call_model(sample, stack, [layer])
+                before, after = (explained, bypassed) if chosen is None else ([chosen], [self.select(bypassed)])
+                if not bypass_is_local(layer, calls, before, after):
+                    clash.append(layer)
+        if clash:
+            raise bypass_error(self.model.name, clash, outputs_read=chosen is None)
         self.space.settle(found, chosen)
 
     def _check_saturation(

@@ -20,7 +20,7 @@ import keras
 from kerascope.core.calls import chain_ranks
 from kerascope.core.layers import child_layers
 
-__all__ = ["call_count", "graph_of", "output_probabilities", "output_softmax", "producing"]
+__all__ = ["call_count", "graph_of", "output_probabilities", "output_softmax", "producing", "read_elsewhere"]
 
 
 def graph_of(layer: Any) -> Any | None:
@@ -46,8 +46,9 @@ def graph_of(layer: Any) -> Any | None:
     return None
 
 
-def _producers(tensor: Any) -> list[Any] | None:
-    """The operations whose output *is* ``tensor``, outermost first, through nested functional models.
+def _producer_tensors(tensor: Any) -> list[tuple[Any, Any]] | None:
+    """``(operation, tensor)`` pairs: the operations whose output *is* ``tensor``, outermost first, each with
+    that output as its own graph names it (a nested functional model's inner output tensor).
 
     ``None`` when the tensor has no history (not built symbolically) or a nested model
     has no readable graph.
@@ -58,7 +59,7 @@ def _producers(tensor: Any) -> list[Any] | None:
         if history is None:
             return None
         operation = history.operation
-        chain.append(operation)
+        chain.append((operation, tensor))
         if not isinstance(operation, keras.Model):
             return chain
         graph = graph_of(operation)
@@ -68,6 +69,62 @@ def _producers(tensor: Any) -> list[Any] | None:
         if not 0 <= history.tensor_index < len(outputs):
             return None
         tensor = outputs[history.tensor_index]
+
+
+def _producers(tensor: Any) -> list[Any] | None:
+    """The operations whose output *is* ``tensor``, outermost first, through nested functional models."""
+    chain = _producer_tensors(tensor)
+    return None if chain is None else [operation for operation, _ in chain]
+
+
+def _graph_nodes(graph: Any) -> list[Any] | None:
+    """Every node of ``graph`` and of the functional models nested in it; ``None`` where one has no readable graph."""
+    nodes = []
+    for depth_nodes in graph._nodes_by_depth.values():
+        for node in depth_nodes:
+            nodes.append(node)
+            if isinstance(node.operation, keras.Model):
+                inner = graph_of(node.operation)
+                inner_nodes = None if inner is None else _graph_nodes(inner)
+                if inner_nodes is None:
+                    return None
+                nodes.extend(inner_nodes)
+    return nodes
+
+
+def read_elsewhere(model: keras.Layer, softmax: Sequence[keras.Layer], outputs_read: bool) -> list[keras.Layer] | None:
+    """The layers of ``softmax`` that bypassing would change more than the output they produce; ``None`` where unreadable.
+
+    A softmax called more than once (its other calls would lose their softmax too), and with
+    ``outputs_read`` (a callable target reads every model output: no ``output_index``) one whose
+    output another layer reads (``[p, Dense(1)(p)]``: the second output would be computed from
+    logits).
+
+    Example:
+        >>> import keras
+        >>> x = keras.Input((3,)); s = keras.layers.Softmax(); p = s(x)
+        >>> m = keras.Model(x, [p, keras.layers.Dense(1)(p)])
+        >>> read_elsewhere(m, [s], outputs_read=True) == [s], read_elsewhere(m, [s], outputs_read=False)
+        (True, [])
+    """
+    graph = graph_of(model)
+    nodes = None if graph is None else _graph_nodes(graph)
+    if nodes is None:
+        return None
+    calls: dict[int, int] = {}
+    read: set[int] = set()
+    for node in nodes:
+        calls[id(node.operation)] = calls.get(id(node.operation), 0) + 1
+        read.update(id(t) for t in node.input_tensors)
+    produced: dict[int, list[Any]] = {}
+    for tensor in keras.tree.flatten(graph.outputs):
+        chain = _producer_tensors(tensor)
+        if chain is None:
+            return None
+        for operation, _ in chain:
+            produced.setdefault(id(operation), []).extend(t for _, t in chain)
+    return [layer for layer in softmax if calls.get(id(layer), 0) > 1
+            or (outputs_read and any(id(t) in read for t in produced.get(id(layer), ())))]
 
 
 def output_softmax(model: keras.Layer, candidates: Sequence[keras.Layer]) -> list[keras.Layer] | None:

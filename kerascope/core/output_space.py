@@ -307,3 +307,59 @@ def saturation_message(model_name: str, scores: np.ndarray, bad: np.ndarray, log
         "Gradients of saturated probabilities vanish or underflow in float32, so the map is "
         f"meaningless. {advice}, or apply the softmax outside the model."
     )
+
+
+def _softmax(values: np.ndarray, axis: int) -> np.ndarray:
+    shifted = values - values.max(axis=axis, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=axis, keepdims=True)
+
+
+def bypass_is_local(layer: keras.Layer, produced: Sequence[Any], before: Any, after: Any) -> bool:
+    """Whether bypassing ``layer``'s softmax changed the outputs ``before`` -> ``after`` only where it produces them.
+
+    ``before`` / ``after``: the explained outputs on one sample without / with the bypass;
+    ``produced``: ``layer``'s outputs in the unmodified pass (one per call). An output equal to
+    one of them must come back as logits whose softmax is that output (no other call of the
+    layer upstream changed it); every other output must be unchanged (nothing else reads it).
+
+    Example:
+        >>> import numpy as np, keras
+        >>> s = keras.layers.Softmax()
+        >>> z = np.array([[1.0, 2.0]]); p = np.exp(z) / np.exp(z).sum()
+        >>> bypass_is_local(s, [p], [p, p.sum(1)], [z, p.sum(1)]), bypass_is_local(s, [p], [p, p.sum(1)], [z, z.sum(1)])
+        (True, False)
+    """
+    axis = getattr(layer, "axis", -1) if isinstance(layer, keras.layers.Softmax) else -1
+    own = [np.asarray(keras.ops.convert_to_numpy(v), np.float64) for v in produced]
+    for old, new in zip(keras.tree.flatten(before), keras.tree.flatten(after), strict=True):
+        old = np.asarray(keras.ops.convert_to_numpy(old), np.float64)
+        new = np.asarray(keras.ops.convert_to_numpy(new), np.float64)
+        if new.shape != old.shape:
+            return False
+        if any(v.shape == old.shape and np.allclose(old, v) for v in own):
+            if not np.allclose(_softmax(new, axis), old, rtol=1e-4, atol=1e-6):
+                return False
+        elif not np.array_equal(new, old, equal_nan=True):
+            return False
+    return True
+
+
+def bypass_error(model_name: str, layers: Sequence[keras.Layer], outputs_read: bool) -> ValueError:
+    """The refusal when bypassing an output softmax (``output="logits"``) would change more than its own output.
+
+    Example:
+        >>> import keras
+        >>> str(bypass_error("m", [keras.layers.Softmax(name="sm")], True)).split(" would")[0]
+        "Model 'm' cannot be explained in logits: bypassing the softmax of layer 'sm'"
+    """
+    names = ", ".join(repr(layer.name) for layer in layers)
+    received = ("a callable target over all the model's outputs and no output_index" if outputs_read
+                else "an output produced by a softmax layer that the model also calls elsewhere")
+    return ValueError(
+        f"Model {model_name!r} cannot be explained in logits: bypassing the softmax of layer {names} would "
+        "change more than the output it produces (another output reads it, or the layer is called again "
+        f"upstream), so the explanation would be of a different function. Received: {received}. Pass "
+        "output_index= to explain one output's logits, or output='probabilities' to explain the outputs "
+        "as the model computes them."
+    )

@@ -217,3 +217,31 @@ def test_unknown_spatial_size_runs_tensorflows_own_gradient() -> None:
     x = np.random.default_rng(3).random((2, 11, 9, 3), dtype=np.float32)
     ours = Engine(model).gradients(x, 0, batch_size=2).input_grads[0]
     assert rel(ours, tape_saliency(model, x, 0)) < 1e-6
+
+
+@pytest.mark.parametrize("name, params", [
+    ("lrp", {"composite": "epsilon_plus"}),
+    ("lrp", {"composite": "epsilon_gamma_box"}),
+    ("lrp", {"composite": "epsilon_alpha2_beta1"}),
+    ("deeplift", {}),
+    ("guided_backprop", {}),
+    ("integrated_gradients", {"steps": 8}),
+])
+def test_rule_based_methods_give_the_same_maps_with_and_without_the_rewrite(name: str, params: dict,
+                                                                            monkeypatch) -> None:  # noqa: ANN001
+    """LRP's terms, DeepLIFT's and guided backprop's passes differentiate the convolutions as they are, so the
+    rewritten ones give the maps of TensorFlow's own gradients (those are cross-checked against zennit / Captum)."""
+    import kerascope as ks
+    from kerascope._backend import tensorflow as tf_backend
+
+    keras.utils.set_random_seed(5)
+    model = model_with_every_kind()
+    random_statistics(model)
+    x = np.random.default_rng(5).random((2, 20, 20, 3), dtype=np.float32)
+    twin = model_with_every_kind()  # another model object: its own engine (engines are cached per model)
+    twin.set_weights(model.get_weights())
+    ours = ks.explain(model, x, method=name, targets=[1, 3], **params).attributions
+    monkeypatch.setattr(tf_backend, "conv_op", None)  # the twin's engine finds no layer to rewrite
+    theirs = ks.explain(twin, x, method=name, targets=[1, 3], **params).attributions
+    assert np.abs(theirs).max() > 0
+    assert rel(np.asarray(ours), np.asarray(theirs)) < 1e-5

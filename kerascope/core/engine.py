@@ -811,6 +811,7 @@ class Engine:
             folds = rule is None or getattr(rule, "folds_batchnorm", False)  # a rule on non-linearities only
             if fold and folds and self.precision is None:  # (folded_pairs: none with fold_batchnorm=False)
                 stack.enter_context(fold_batchnorm(self.folded_pairs(layers)))  # restored on exit
+            if fold and self.precision is None:  # every rule differentiates convolutions as they are (LRP's terms too)
                 stack.enter_context(cheaper_backward(self.conv_ops(layers)))  # restored on exit
             recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)

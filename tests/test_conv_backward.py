@@ -201,13 +201,54 @@ def test_model_unchanged_after_a_call_and_after_an_exception(unchanged) -> None:
     Saliency(model).explain(x, targets=0)
     check()
 
-    def broken(activations, gradients):  # noqa: ANN001, ANN202
-        raise RuntimeError("reduce failed")
-
-    with pytest.raises(Exception, match="reduce failed"):  # raised while tracing, inside the patched pass
-        Engine(model).gradients(x, 0, layers=["c3"], wrt_inputs=False, reduce=broken)
     check()
-    assert all("convolution_op" not in vars(layer) for layer in model.layers)
+
+
+def test_model_unchanged_after_an_exception_inside_the_patched_pass(unchanged) -> None:  # noqa: ANN001
+    seen, armed = [], []
+    inputs = keras.Input((12, 12, 3))
+    stem = keras.layers.Conv2D(4, 3, strides=2, name="stem")
+
+    def fail_while_traced(t):  # noqa: ANN001, ANN202
+        if armed and not tf.executing_eagerly():  # the compiled pass (a first call's check pass is eager)
+            seen.append("convolution_op" in vars(stem))
+            raise RuntimeError("layer failed")
+        return t
+
+    h = keras.layers.Lambda(fail_while_traced, name="fails")(stem(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(h)))
+    check = unchanged(model)
+    armed.append(True)
+    with pytest.raises(Exception, match="layer failed"):
+        Engine(model).gradients(np.ones((1, 12, 12, 3), "float32"), 0)
+    assert seen == [True]  # it was raised while the stem ran the rewritten op
+    check()
+    assert "convolution_op" not in vars(stem)
+
+
+def test_passes_without_an_input_gradient_keep_the_layers_own_ops() -> None:
+    """Grad-CAM / layer gradients, forward passes and weight gradients would only pay for tracing the rewrite."""
+    seen = []
+    inputs = keras.Input((12, 12, 3))
+    stem = keras.layers.Conv2D(4, 3, strides=2, name="stem")
+
+    def spy(t):  # noqa: ANN001, ANN202
+        if not tf.executing_eagerly():
+            seen.append("convolution_op" in vars(stem))
+        return t
+
+    h = keras.layers.Lambda(spy, output_shape=(5, 5, 4), name="spy")(stem(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(keras.layers.GlobalAveragePooling2D()(h)))
+    x = np.random.default_rng(6).random((1, 12, 12, 3), dtype=np.float32)
+    engine = Engine(model)
+    seen.clear()
+    engine.gradients(x, 0, layers=["spy"], wrt_inputs=False)
+    engine.gradients(x, 0, weights=[model.get_layer("head").kernel])
+    engine.forward(x)
+    assert seen and not any(seen)
+    seen.clear()
+    engine.gradients(x, 0)
+    assert seen == [True]
 
 
 def test_unknown_spatial_size_runs_tensorflows_own_gradient() -> None:

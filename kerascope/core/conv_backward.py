@@ -1,4 +1,4 @@
-"""Cheaper exact convolution backward passes, scoped to one compiled pass.
+"""Cheaper exact convolution backward passes, scoped to one compiled pass that takes input gradients.
 
 A backend may offer, per layer, a ``convolution_op(inputs, kernel)`` with the layer's own
 forward and a cheaper exact input gradient (``_backend.<name>.conv_op``; on TensorFlow without a

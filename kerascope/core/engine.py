@@ -767,6 +767,7 @@ class Engine:
         rule: str | None = None,
         positions: Sequence[int | None] | None = None,
         fold: bool = True,
+        input_gradients: bool = False,
     ) -> tuple[Any, Any]:
         """What every compiled function (gradients, forward, scorer) traces: ``(explained, recorder)``.
 
@@ -779,13 +780,18 @@ class Engine:
         BatchNormalization pair that neither is probed nor is ``output_layer`` runs as one layer
         (``core/bn_fold.py``: exact up to float32 rounding). A folded layer called apart from its
         BatchNormalization (code outside the graph, e.g. a ``Lambda`` closure) makes the pass rerun
-        unfolded, and this engine folds no more.
+        unfolded, and this engine folds no more. With ``input_gradients`` (the pass differentiates w.r.t.
+        the model's inputs; float32, not for weight gradients) the convolutions of :meth:`conv_ops` run
+        with their cheaper exact input gradient (``core/conv_backward.py``); passes without an input
+        gradient would only pay for tracing it.
         """
         try:
-            return self._call_model_once(model_arg, arrays, bypass, layers, transform, rule, positions, fold)
+            return self._call_model_once(model_arg, arrays, bypass, layers, transform, rule, positions, fold,
+                                         input_gradients)
         except FoldMismatch:
             self._fold_refused = True
-            return self._call_model_once(model_arg, arrays, bypass, layers, transform, rule, positions, False)
+            return self._call_model_once(model_arg, arrays, bypass, layers, transform, rule, positions, False,
+                                         input_gradients)
 
     def _call_model_once(
         self,
@@ -797,6 +803,7 @@ class Engine:
         rule: str | None,
         positions: Sequence[int | None] | None,
         fold: bool,
+        input_gradients: bool = False,
     ) -> tuple[Any, Any]:
         """One pass of :meth:`_call_model` (folding as ``fold`` says)."""
         with contextlib.ExitStack() as stack:
@@ -811,7 +818,7 @@ class Engine:
             folds = rule is None or getattr(rule, "folds_batchnorm", False)  # a rule on non-linearities only
             if fold and folds and self.precision is None:  # (folded_pairs: none with fold_batchnorm=False)
                 stack.enter_context(fold_batchnorm(self.folded_pairs(layers)))  # restored on exit
-            if fold and self.precision is None:  # every rule differentiates convolutions as they are (LRP's terms too)
+            if input_gradients and self.precision is None:  # every rule differentiates convolutions as they are
                 stack.enter_context(cheaper_backward(self.conv_ops(layers)))  # restored on exit
             recorder = stack.enter_context(probe(layers, transform, positions))
             outputs = self.call_model(model_arg(arrays), stack, bypass)
@@ -897,7 +904,7 @@ class Engine:
             else:
                 replaced = transform
             outputs, recorder = engine._call_model(model_arg, arrays, bypass, layers, replaced, rule, positions,
-                                                   fold=not weights)
+                                                   fold=not weights, input_gradients=bool(wrt_inputs) and not weights)
             engine._check_traced_calls(recorder, layers, counts)
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
             return scores, resolved, [recorder.call(layer, at) for layer, at in zip(layers, positions, strict=True)]

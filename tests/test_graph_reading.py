@@ -265,7 +265,7 @@ def test_a_callable_over_all_outputs_refuses_a_softmax_another_output_reads(wrap
     explained = Wrapper(model) if wrap else model
     check = unchanged(model)
     v = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
-    with pytest.raises(ValueError, match=r"cannot be explained in logits.*layer 'sm'.*callable target over all"):
+    with pytest.raises(ValueError, match=r"cannot be explained in logits.*layer 'sm'.*no output_index"):
         ks.Saliency(explained).explain(v, targets=lambda outputs: outputs[1][:, 0])
     check()
     kept = ks.Saliency(explained, output="probabilities").explain(v, targets=lambda outputs: outputs[1][:, 0])
@@ -320,4 +320,54 @@ def test_a_shared_softmax_head_explains_one_of_its_outputs_as_logits():
     v = np.random.default_rng(4).normal(size=(2, 4)).astype("float32")
     got = ks.Saliency(model, output_index=0, input_index=0).explain([v, 2 * v], targets=1).attributions
     kernel = keras.ops.convert_to_numpy(head.kernel)[:, 1]
+    np.testing.assert_allclose(got, np.tile(kernel, (2, 1)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_a_shared_softmax_head_in_mixed_precision_is_still_bypassed(policy):
+    """The eager check compares the model's softmax in its own precision: bfloat16 rounds at 2**-7."""
+    keras.config.set_dtype_policy(policy)
+    try:
+        keras.utils.set_random_seed(4)
+        a, b = keras.Input((16,)), keras.Input((16,))
+        head = keras.layers.Dense(10, activation="softmax", name="head")
+        model = keras.Model([a, b], [head(a), head(b)])
+    finally:
+        keras.config.set_dtype_policy("float32")
+    v = np.random.default_rng(4).normal(size=(2, 16)).astype("float32")
+    got = ks.Saliency(model, output_index=0, input_index=0).explain([v, 2 * v], targets=1).attributions
+    kernel = keras.ops.convert_to_numpy(keras.ops.cast(head.kernel, "float32"))[:, 1]
+    np.testing.assert_allclose(got, np.tile(kernel, (2, 1)), rtol=2e-2, atol=2e-3)
+
+
+def test_a_softmax_also_called_from_a_lambda_closure_is_refused():
+    """No graph shows a call from a Lambda's own code: the bypassed calls are counted in the pass."""
+    keras.utils.set_random_seed(0)
+    sm = keras.layers.Softmax(name="sm")
+    x = keras.Input((4,))
+    h = keras.layers.Lambda(lambda t: sm(t), name="normalise")(keras.layers.Dense(4, name="h1")(x))
+    model = keras.Model(x, sm(keras.layers.Dense(3, name="logits")(h)))
+    v = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
+    with pytest.raises(ValueError, match=r"layer 'sm'.*calls elsewhere"):
+        ks.Saliency(model).explain(v, targets=0)
+    assert ks.Saliency(model, output="probabilities").explain(v, targets=0).attributions.shape == (2, 4)
+
+
+def test_an_unbuilt_subclassed_model_is_explained_in_logits():
+    """Its first call also records Keras's symbolic build call, which holds no values."""
+    keras.utils.set_random_seed(5)
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = keras.layers.Dense(3, name="z")
+            self.soft = keras.layers.Softmax(name="soft")
+
+        def call(self, x):
+            return self.soft(self.hidden(x))
+
+    model = Net()
+    v = np.random.default_rng(5).normal(size=(2, 4)).astype("float32")
+    got = ks.Saliency(model).explain(v, targets=2).attributions
+    kernel = keras.ops.convert_to_numpy(model.hidden.kernel)[:, 2]
     np.testing.assert_allclose(got, np.tile(kernel, (2, 1)), rtol=1e-5, atol=1e-6)

@@ -182,6 +182,7 @@ class Engine:
         self.call_index = check_call_index(call_index)
         self.fold_batchnorm = fold_batchnorm
         self._fold_refused = False  # set when a folded pass proved inexact (see _call_model)
+        self._bypass_calls: dict[int, int] = {}  # id(bypassed softmax layer) -> its calls in one model call
         self.trace_count = 0
         self._compiled: dict[Any, Callable] = {}
         self._first_row: Any = None  # one sample of the first inputs, while a graph reading awaits the values
@@ -405,10 +406,15 @@ class Engine:
             >>> tuple(out.shape)
             (1, 4)
         """
-        stack.enter_context(bypass_softmax(list(bypass)))
+        counts: dict[int, int] | None = {} if bypass else None
+        stack.enter_context(bypass_softmax(list(bypass), counts))
         layer = self.explained_layer()
         recorder = stack.enter_context(probe([layer])) if layer is not None else None
         outputs = self.model(fit_structure(self.model, arg), training=False)
+        for bypassed in bypass:  # a call the settled count does not show (a Lambda closing over the softmax)
+            expected = self._bypass_calls.get(id(bypassed))
+            if counts is not None and expected is not None and counts.get(id(bypassed), 0) != expected:
+                raise bypass_error(self.model.name, [bypassed], outputs_read=False)
         if recorder is None:
             return outputs
         return recorder.call(layer, self._choose(layer, len(recorder.outputs.get(id(layer), ()))))
@@ -586,6 +592,7 @@ class Engine:
                 return False
         if found is not None:
             self.space.settle_read(found, probabilities)
+            self._bypass_calls = {id(layer): 1 for layer in found}  # read_elsewhere: each is called once
         if counts:
             self._compiled[counted] = counts
         if self.space.probabilities_pending and self._first_row is None:  # the first sample, as the eager pass
@@ -669,6 +676,7 @@ class Engine:
             chosen = None
         # only a softmax whose output is the explained output is bypassed: another output may read it
         explained_outputs = explained if chosen is None else chosen
+        recorded = {key: _concrete(values) for key, values in recorded.items()}  # not a build's symbolic call
         found = [] if self.output_layer is not None else softmax_outputs(candidates, recorded, explained_outputs)
         clash = []
         for layer in found if self.space.output == "logits" else ():
@@ -682,6 +690,7 @@ class Engine:
         if clash:
             raise bypass_error(self.model.name, clash, outputs_read=chosen is None)
         self.space.settle(found, chosen)
+        self._bypass_calls = {id(layer): len(recorded.get(id(layer), ())) for layer in found}
 
     def _check_saturation(
         self, scores: np.ndarray, inputs: Inputs, input_grads: Sequence[np.ndarray] = (), raw: bool = False
@@ -1227,6 +1236,18 @@ def _check_differentiable(inputs: Inputs, wrt: Sequence[int]) -> None:
 def _target_key(target_fn: Callable | None) -> Any:
     """Cache-key part of a target: equivalent callables (a new lambda per call) share one compiled function."""
     return None if target_fn is None else targets_lib.callable_key(target_fn)
+
+
+def _concrete(values: Sequence[Any]) -> list[Any]:
+    """The recorded values that hold numbers: a subclassed model's first call also records the symbolic
+    call Keras makes to build it (a graph tensor, no values)."""
+    kept = []
+    for value in values:
+        try:
+            kept.append(keras.ops.convert_to_numpy(value))
+        except Exception:  # noqa: BLE001 (any backend's "symbolic tensor" error)
+            continue
+    return kept
 
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:

@@ -185,26 +185,39 @@ def _identity_call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 @contextlib.contextmanager
-def bypass_softmax(layers: Sequence[keras.Layer]) -> Iterator[None]:
+def bypass_softmax(layers: Sequence[keras.Layer], counts: dict[int, int] | None = None) -> Iterator[None]:
     """Make the softmax of ``layers`` linear for the block (logits come out).
+
+    ``counts``, when given, is filled with ``{id(layer): calls}`` for the block: a call that no
+    graph shows (a ``Lambda`` closing over the layer) is bypassed too, and the engine compares.
 
     Example:
         >>> import keras, numpy as np
         >>> d = keras.layers.Dense(2, activation="softmax")
         >>> m = keras.Sequential([keras.Input((3,)), d])
-        >>> with bypass_softmax([d]):
+        >>> calls = {}
+        >>> with bypass_softmax([d], calls):
         ...     logits = m(np.ones((1, 3)))
-        >>> d.activation.__name__
-        'softmax'
+        >>> d.activation.__name__, calls[id(d)]
+        ('softmax', 1)
     """
     with contextlib.ExitStack() as stack:
         for layer in layers:
             if isinstance(layer, keras.layers.Softmax):
-                stack.enter_context(patched_attribute(layer, "call", _identity_call))
+                inner = _identity_call
             else:
-                stack.enter_context(
-                    patched_attribute(layer, "activation", keras.activations.linear)
-                )
+                stack.enter_context(patched_attribute(layer, "activation", keras.activations.linear))
+                inner = layer.call
+            if counts is None:
+                if inner is _identity_call:
+                    stack.enter_context(patched_attribute(layer, "call", _identity_call))
+                continue
+
+            def counted(*args: Any, __inner: Any = inner, __key: int = id(layer), **kwargs: Any) -> Any:
+                counts[__key] = counts.get(__key, 0) + 1
+                return __inner(*args, **kwargs)
+
+            stack.enter_context(patched_attribute(layer, "call", counted))
         yield
 
 

@@ -286,3 +286,37 @@ def test_rule_based_methods_give_the_same_maps_with_and_without_the_rewrite(name
     theirs = ks.explain(twin, x, method=name, targets=[1, 3], **params).attributions
     assert np.abs(theirs).max() > 0
     assert rel(np.asarray(ours), np.asarray(theirs)) < 1e-5
+
+
+def test_an_output_gradient_without_a_static_shape_is_handled() -> None:
+    """A ``tf.py_function`` after the stem hands its gradient back without a static shape."""
+    inputs = keras.Input((12, 12, 3))
+    h = keras.layers.Conv2D(4, 3, strides=2, padding="same", name="stem")(inputs)
+    h = keras.layers.Conv2D(4, 1, strides=2, name="pw")(h)
+    h = keras.layers.Lambda(lambda t: tf.ensure_shape(tf.py_function(lambda a: a * 2.0, [t], tf.float32),
+                                                      [None, 3, 3, 4]), output_shape=(3, 3, 4))(h)
+    model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+    x = np.random.default_rng(7).random((2, 12, 12, 3), dtype=np.float32)
+    engine = Engine(model)
+    assert {layer.name for layer, _ in engine.conv_ops()} == {"stem", "pw"}
+    assert rel(engine.gradients(x, 1).input_grads[0], tape_saliency_graph(model, x, 1)) < 1e-6
+
+
+def tape_saliency_graph(model: keras.Model, x: np.ndarray, target: int) -> np.ndarray:
+    """TensorFlow's own compiled input gradient (for models without a float64 twin)."""
+    @tf.function
+    def grad(xt):  # noqa: ANN001, ANN202
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            score = tf.reduce_sum(model(xt, training=False)[:, target])
+        return tape.gradient(score, xt)
+
+    return grad(tf.constant(x)).numpy()
+
+
+def test_a_convolution_op_set_on_the_layer_object_is_kept() -> None:
+    """An op the user set on this one object has its own gradient, not the plain convolution's."""
+    stem = built(keras.layers.Conv2D(4, 3, strides=2), (9, 9, 3))
+    plain = stem.convolution_op
+    stem.convolution_op = lambda x, k: 2.0 * plain(x, k)
+    assert tf_conv.conv_op(stem) is None

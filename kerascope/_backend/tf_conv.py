@@ -127,6 +127,8 @@ def _kind(layer: keras.Layer) -> str | None:
     """``"stem"``, ``"pointwise"`` or ``None`` (TensorFlow's own gradient) for ``layer``."""
     if type(layer) is not keras.layers.Conv2D or layer.data_format != "channels_last":
         return None
+    if "convolution_op" in vars(layer):  # an op set on this object: its gradient is not the plain convolution's
+        return None
     if tuple(layer.dilation_rate) != (1, 1) or getattr(layer, "groups", 1) != 1 or layer.padding not in ("valid", "same"):
         return None
     if getattr(layer, "compute_dtype", None) != "float32" or getattr(layer, "kernel", None) is None:
@@ -183,6 +185,7 @@ def conv_op(layer: keras.Layer) -> Callable[[Any, Any], Any] | None:
             y = own(x, k)
 
             def grad(dy: tf.Tensor) -> tuple[Any, Any]:
+                dy = tf.ensure_shape(dy, y.shape)  # an upstream op (tf.py_function) may hand it without a static shape
                 if kind == "stem":
                     dx = polyphase_input_gradient(dy, k, strides, padding, size)
                 else:

@@ -24,6 +24,21 @@ from kerascope._backend import tf_conv  # noqa: E402
 from kerascope.core.engine import Engine  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def small_pointwise_kernels(monkeypatch):  # noqa: ANN001, ANN201
+    """The tiny test models' stride-1 1x1 kernels are rewritten too (by default only >= 2**20 weights are)."""
+    monkeypatch.setattr(tf_conv, "POINTWISE_WEIGHTS", 1)
+
+
+def test_by_default_only_large_stride_one_pointwise_kernels_are_rewritten(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.undo()
+    assert tf_conv.POINTWISE_WEIGHTS == 2**20
+    small, large = built(keras.layers.Conv2D(320, 1), (5, 5, 160)), built(keras.layers.Conv2D(2048, 1), (5, 5, 512))
+    strided = built(keras.layers.Conv2D(8, 1, strides=2), (10, 10, 4))
+    assert tf_conv.conv_op(small) is None
+    assert tf_conv.conv_op(large) is not None and tf_conv.conv_op(strided) is not None
+
+
 def tape_input_gradient(x: np.ndarray, kernel: np.ndarray, strides: tuple[int, int], padding: str,
                         dy: np.ndarray) -> np.ndarray:
     """TensorFlow's own input gradient, in float64 (Eigen's kernels: see :func:`tape_saliency`)."""

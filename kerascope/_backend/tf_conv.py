@@ -9,10 +9,13 @@ much slower than the forward convolution for two shapes that image models always
   transposed convolution written as one stride-1 convolution with ``s*s*C_in`` output
   channels (the polyphase form: the kernel taps that reach one output phase) followed by
   ``depth_to_space``: 3.4 ms (20 ms at 16 rows);
-- **1x1 convolutions** on small maps (ResNet50's last stage, 5x5 positions, 512 <-> 2048
-  channels: 1.8-2.4 ms against 1.0 forward): the gradient is one matrix product
+- **1x1 convolutions** with large kernels on small maps (ResNet50's last stage, 5x5 positions,
+  512 <-> 2048 channels: 1.8-2.4 ms against 1.0 forward): the gradient is one matrix product
   ``dy @ W^T`` (1.2 ms); a strided 1x1 convolution's gradient is that product placed on the
   input grid's strided positions, zeros elsewhere.
+
+Each rewritten layer costs ~11 ms more tracing and graph optimisation on the first call, so only
+layers where the gain is large are rewritten (:data:`POINTWISE_WEIGHTS`).
 
 :func:`conv_op` gives such a layer a ``convolution_op`` with the same forward (``keras.ops.conv``,
 bit for bit) and that backward (``tf.custom_gradient``); the kernel gradient stays TensorFlow's
@@ -31,7 +34,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["POINTWISE_POSITIONS", "STEM_CHANNELS", "conv_op", "pointwise_input_gradient",
+__all__ = ["POINTWISE_POSITIONS", "POINTWISE_WEIGHTS", "STEM_CHANNELS", "conv_op", "pointwise_input_gradient",
            "polyphase_input_gradient"]
 
 #: A strided convolution with at most this many input channels is a stem: polyphase gradient.
@@ -39,6 +42,10 @@ STEM_CHANNELS = 4
 #: A stride-1 1x1 convolution whose output has at most this many positions per row: matrix-product
 #: gradient (measured faster up to 7x7 maps; at 10x10 and more the two were level within noise).
 POINTWISE_POSITIONS = 64
+#: ... and at least this many weights: ResNet50's 512 x 2048 kernels on 5x5 maps measured 2.4 -> 1.2 ms,
+#: MobileNetV2's <= 960 x 320 ones 0.41 -> 0.36 ms, while each rewritten layer adds ~11 ms of tracing and
+#: graph optimisation to the first call (9 layers: +0.1 CPU s).
+POINTWISE_WEIGHTS = 2**20
 
 
 def _before(size: int, kernel: int, stride: int, padding: str) -> int:
@@ -136,7 +143,7 @@ def _kind(layer: keras.Layer) -> str | None:
     kh, kw, cin, _ = (int(d) for d in layer.kernel.shape)
     if cin <= STEM_CHANNELS and max(layer.strides) > 1:
         return "stem"
-    if (kh, kw) == (1, 1):
+    if (kh, kw) == (1, 1) and (max(layer.strides) > 1 or cin * int(layer.kernel.shape[3]) >= POINTWISE_WEIGHTS):
         return "pointwise"
     return None
 

@@ -850,12 +850,20 @@ class Engine:
         """
         if not self.fold_batchnorm or self._fold_refused or keras.backend.backend() not in FOLD_BACKENDS:
             return []
-        explained = self.explained_layer()
-        skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())
+        skip = self._kept_as_they_are(probed)
         model = self.model
-        structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])  # as _layer_index
-        pairs = self.memo(("batchnorm_pairs", structure), lambda: foldable_pairs(model))
+        pairs = self.memo(("batchnorm_pairs", self._structure()), lambda: foldable_pairs(model))
         return [pair for pair in pairs if id(pair[0]) not in skip and id(pair[1]) not in skip]
+
+    def _kept_as_they_are(self, probed: Sequence[keras.Layer]) -> set[int]:
+        """Ids of the layers a pass must run as the model does: the probed ones and ``output_layer``."""
+        explained = self.explained_layer()
+        return {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())
+
+    def _structure(self) -> int:
+        """The model's layer count: a memo key that changes when layers are added (as ``_layer_index``)."""
+        model = self.model
+        return len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])
 
     def conv_ops(self, probed: Sequence[keras.Layer] = ()) -> list[tuple[keras.Layer, Callable[[Any, Any], Any]]]:
         """The convolutions run with a cheaper exact backward in a float32 pass that probes ``probed``.
@@ -869,11 +877,9 @@ class Engine:
             >>> [layer.name for layer, _ in Engine(m).conv_ops()] in ([], ["stem"])
             True
         """
-        explained = self.explained_layer()
-        skip = {id(layer) for layer in probed} | ({id(explained)} if explained is not None else set())
+        skip = self._kept_as_they_are(probed)
         model = self.model
-        structure = len(getattr(model, "_layers", None) or getattr(model, "layers", None) or [])  # as folded_pairs
-        ops = self.memo(("conv_ops", structure), lambda: conv_ops(model, _backend.get()))
+        ops = self.memo(("conv_ops", self._structure()), lambda: conv_ops(model, _backend.get()))
         return [(layer, op) for layer, op in ops if id(layer) not in skip]
 
     def _target_scores(self, outputs: Any, indices: Any, target_fn: Callable | None) -> tuple[Any, Any]:

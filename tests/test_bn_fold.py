@@ -306,3 +306,54 @@ def test_a_probed_layer_called_outside_the_graph_is_refused():
     v = np.random.default_rng(0).random((2, 6, 6, 3), dtype=np.float32)
     with pytest.raises(ValueError, match="called 2 times"):
         ks.GradCAM(model, layer="c", fold_batchnorm=False).explain(v, targets=0)
+
+
+# ------------------------------------------------------------------------- the fused bias (TensorFlow)
+def residual_bn_cnn() -> keras.Model:
+    """Conv + BN + ReLU, then a bottleneck whose Conv + BN joins the shortcut in Add + ReLU (ResNet's pattern)."""
+    keras.utils.set_random_seed(3)
+    x = keras.Input((12, 12, 3))
+    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(8, 3, padding="same")(x)))
+    r = L.ReLU()(L.BatchNormalization()(L.Conv2D(4, 1)(h)))
+    r = L.BatchNormalization()(L.Conv2D(8, 3, padding="same")(r))
+    h = L.ReLU()(L.Add()([h, r]))
+    model = keras.Model(x, L.Dense(3)(L.GlobalAveragePooling2D()(h)))
+    randomise_bn(model)
+    return model
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's BiasAdd op")
+def test_folded_biases_are_bias_add_ops_with_the_same_numbers(monkeypatch):
+    """The folded layers add their bias with ``BiasAdd`` (which Grappler fuses into the convolution, with
+    the ReLU and the residual Add after it); without the backend's ``bias_add`` (a plain addition) the
+    maps are the same, and equal the unfolded model's."""
+    import tensorflow as tf
+
+    from kerascope._backend import tensorflow as tf_backend
+
+    model = residual_bn_cnn()
+    v = np.random.default_rng(4).random((2, 12, 12, 3), dtype=np.float32)
+    pairs = foldable_pairs(model)
+    assert len(pairs) == 3
+
+    @tf.function(autograph=False)
+    def forward(inputs):
+        with fold_batchnorm(pairs):
+            return model(inputs, training=False)
+
+    ops = [op.type for op in forward.get_concrete_function(tf.TensorSpec((None, 12, 12, 3))).graph.get_operations()]
+    assert ops.count("BiasAdd") == 3 + 1  # the three folded convolutions, and the Dense head (Keras adds its own biases with BiasAdd too)
+
+    def maps(m, fold):
+        return [ks.Occlusion(m, window=4, fold_batchnorm=fold).explain(v, [0, 2]).attributions,
+                ks.Saliency(m, fold_batchnorm=fold).explain(v, [0, 2]).attributions]
+
+    with_bias_add = maps(model, True)
+    unfolded = maps(model, False)
+    monkeypatch.delattr(tf_backend, "bias_add")
+    plain = keras.models.clone_model(model)
+    plain.set_weights(model.get_weights())
+    without = maps(plain, True)
+    for a, b, c in zip(with_bias_add, without, unfolded, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, c, **TOL)

@@ -317,6 +317,23 @@ def compile_forward(
     return run
 
 
+def bias_add(x: Any, bias: Any) -> Any:
+    """``x + bias``, ``bias`` one value per channel of ``x``'s last axis: TensorFlow's ``BiasAdd`` op.
+
+    Grappler's remapper fuses a ``BiasAdd`` (not an ``AddV2``) into the convolution / matrix product
+    that produces ``x``, with the ReLU / ReLU6 after it and a residual ``Add`` + ReLU (oneDNN's
+    post-ops): on ResNet50 every convolution of a folded forward pass then runs as one op.
+
+    Example:
+        >>> bias_add(tf.zeros((1, 2, 2)), tf.constant([1.0, 2.0])).numpy()[0, 0].tolist()
+        [1.0, 2.0]
+    """
+    x, bias = tf.convert_to_tensor(x), tf.convert_to_tensor(bias)
+    if bias.dtype != x.dtype or x.shape.rank is None or x.shape.rank < 2:
+        return x + bias
+    return tf.nn.bias_add(x, bias)
+
+
 def select(condition: Any, a: Any, b: Any) -> Any:
     """``a`` where ``condition``, else ``b``; element-wise, the three of one shape (``keras.ops.where``'s numbers).
 

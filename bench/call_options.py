@@ -10,6 +10,7 @@ The maps must be bit-identical.
 Usage:
     python bench/call_options.py --model MobileNetV2 --size 224 --images 4 --rounds 21
     python bench/call_options.py --model ResNet50 --size 160 --images 2 --rounds 5
+    python bench/call_options.py --model MobileNetV2 --size 160 --images 4 --methods deeplift lrp occlusion
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--images", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--methods", nargs="+", default=["saliency", "gradcam", "smoothgrad16"],
+                        choices=["saliency", "gradcam", "smoothgrad16", "deeplift", "lrp", "occlusion"])
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -51,8 +54,11 @@ def main() -> None:
         input_shape=(args.size, args.size, 3), weights=None, classifier_activation=None)
     x = np.random.default_rng(0).uniform(0, 1, (args.images, args.size, args.size, 3)).astype(np.float32)
     targets = np.zeros(args.images, np.int64)
-    methods = {"saliency": ks.Saliency(model), "gradcam": ks.GradCAM(model),
-               "smoothgrad16": ks.SmoothGrad(model, samples=16, seed=0, batch_size=32)}
+    made = {"saliency": lambda: ks.Saliency(model), "gradcam": lambda: ks.GradCAM(model),
+            "smoothgrad16": lambda: ks.SmoothGrad(model, samples=16, seed=0, batch_size=32),
+            "deeplift": lambda: ks.DeepLIFT(model), "lrp": lambda: ks.LRP(model),
+            "occlusion": lambda: ks.Occlusion(model, window=args.size // 4, batch_size=32)}
+    methods = {name: made[name]() for name in args.methods}
     print(f"{args.model} {args.size}px {args.images} images, {args.rounds} rounds, one TF thread, "
           f"load_avg={os.getloadavg()[0]:.1f}; CPU s per call, median (min-max)", flush=True)
     try:

@@ -192,6 +192,12 @@ def test_cpu_call_options_give_the_same_numbers_and_are_restored() -> None:
     config = rewriter_config_pb2.RewriterConfig
     assert (rewrite.meta_optimizer_iterations, rewrite.layout_optimizer, rewrite.memory_optimization) == (
         config.ONE, config.OFF, config.NO_MEM_OPT)
+    assert rewrite.disable_tfg_optimizer
+    assert rewrite.constant_folding == rewrite.loop_optimization == config.DEFAULT  # kept for loops
+    loop_free = config_pb2.ConfigProto.FromString(
+        backend._loop_free_options(options).config_proto_serialized).graph_options.rewrite_options
+    assert (loop_free.constant_folding, loop_free.shape_optimization, loop_free.loop_optimization) == (
+        config.OFF, config.OFF, config.OFF)
     x = _images(3, seed=6)
     maps = []
     try:
@@ -204,3 +210,42 @@ def test_cpu_call_options_give_the_same_numbers_and_are_restored() -> None:
         backend._CPU_OPTIONS[:] = [options]
     np.testing.assert_array_equal(maps[0], maps[1])
     assert np.abs(maps[0]).max() > 0
+
+
+def test_functions_with_loops_keep_the_loop_optimisers_and_loop_free_ones_skip_them() -> None:
+    """An RNN's compiled pass has a ``While`` loop: it keeps constant folding, shape and loop optimisation
+    (each bought 7-13% of an LSTM's later calls); a CNN's has none and skips them (a cheaper first call).
+    Same numbers as TensorFlow's own options either way."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("TensorFlow's call options")
+    from kerascope._backend import tensorflow as backend
+
+    options = backend._cpu_call_options()
+    if options is None:
+        pytest.skip("a GPU is visible: TensorFlow's own options are kept")
+    keras.utils.set_random_seed(0)
+    seq = keras.Input((6, 3))
+    rnn = keras.Model(seq, keras.layers.Dense(2)(keras.layers.LSTM(4)(seq)))
+    image = keras.Input((8, 8, 3))
+    cnn = keras.Model(image, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(
+        keras.layers.Conv2D(4, 3, activation="relu")(image))))
+    seen = []
+    has_loops = backend._has_loops
+
+    def recording(concrete):
+        seen.append(has_loops(concrete))
+        return seen[-1]
+
+    rng = np.random.default_rng(0)
+    cases = [(rnn, rng.normal(size=(3, 6, 3)).astype("float32")), (cnn, rng.random((3, 8, 8, 3), dtype=np.float32))]
+    try:
+        backend._has_loops = recording
+        maps = [np.asarray(ks.Saliency(m).explain(v, [0, 1, 0]).attributions) for m, v in cases]
+        backend._CPU_OPTIONS[:] = [None]  # TensorFlow's own options, fresh methods (new functions)
+        own = [np.asarray(ks.Saliency(m).explain(v, [0, 1, 0]).attributions) for m, v in cases]
+    finally:
+        backend._has_loops = has_loops
+        backend._CPU_OPTIONS[:] = [options]
+    assert seen == [True, False]
+    for got, want in zip(maps, own, strict=True):
+        np.testing.assert_array_equal(got, want)

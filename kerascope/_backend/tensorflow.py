@@ -106,9 +106,12 @@ def _cpu_call_options() -> Any:
     nodes), the layout optimiser (NHWC <-> NCHW for GPU kernels) and the memory optimiser
     (recomputation and swapping for GPU memory). They are set to one pass / off for kerascope's
     functions only (the call's ``config_proto``, on the calling thread, restored after each call),
-    and only where the user left TensorFlow's defaults; every other optimiser (constant folding,
-    remapper fusions, arithmetic, pruning) runs as before. Same results bit for bit, the same
-    time per later call (``docs/performance.md``). With a GPU visible nothing changes.
+    and only where the user left TensorFlow's defaults; so is the MLIR "TFG" pass pipeline, which
+    here only sorts and re-exports the graph (24 + 8 ms of MobileNetV2's Saliency graph). Every
+    other optimiser (constant folding, remapper fusions, arithmetic, pruning) runs as before; a
+    function without loops also skips constant folding, shape and loop optimisation
+    (:func:`_loop_free_options`). Same results bit for bit, the same time per later call
+    (``docs/performance.md``). With a GPU visible nothing changes.
 
     Example:
         >>> options = _cpu_call_options()
@@ -132,6 +135,8 @@ def _cpu_call_options() -> Any:
                 rewrite.layout_optimizer = options_pb.OFF
             if rewrite.memory_optimization == options_pb.DEFAULT_MEM_OPT:
                 rewrite.memory_optimization = options_pb.NO_MEM_OPT
+            if not rewrite.disable_tfg_optimizer and not rewrite.optimizers:
+                rewrite.disable_tfg_optimizer = True
             options = context.FunctionCallOptions(executor_type=base.executor_type, config_proto=config)
     except (ImportError, AttributeError, TypeError, ValueError):  # another TensorFlow's internals: its defaults
         options = None
@@ -139,16 +144,68 @@ def _cpu_call_options() -> Any:
     return options
 
 
+_LOOP_FREE: dict[int, Any] = {}  # id(options) -> (options, the same without the loop optimisers)
+
+#: Grappler optimisers that pay only on graphs with loops: an RNN's ``While`` body (constant folding,
+#: shape and loop optimisation each bought 7-13% of an LSTM's later calls); elsewhere they only cost
+#: the first call (MobileNetV2 224 px: ~0.06 CPU s of Saliency's and Grad-CAM's instantiation).
+_LOOP_OPTIMISERS = ("constant_folding", "shape_optimization", "loop_optimization")
+
+#: Ops that make a function "with loops".
+_LOOP_OPS = frozenset({"While", "StatelessWhile", "For", "_While"})
+
+
+def _loop_free_options(options: Any) -> Any:
+    """``options`` with :data:`_LOOP_OPTIMISERS` off (where left at TensorFlow's default), for functions
+    without loops; ``None`` (TensorFlow's own options) stays ``None``.
+
+    Example:
+        >>> _loop_free_options(None) is None
+        True
+    """
+    if options is None:
+        return None
+    cached = _LOOP_FREE.get(id(options))
+    if cached is not None and cached[0] is options:
+        return cached[1]
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.eager import context
+
+    config = config_pb2.ConfigProto.FromString(options.config_proto_serialized)
+    rewrite = config.graph_options.rewrite_options
+    for name in _LOOP_OPTIMISERS:
+        if getattr(rewrite, name) == rewriter_config_pb2.RewriterConfig.DEFAULT:
+            setattr(rewrite, name, rewriter_config_pb2.RewriterConfig.OFF)
+    loop_free = context.FunctionCallOptions(executor_type=options.executor_type, config_proto=config)
+    _LOOP_FREE[id(options)] = (options, loop_free)
+    return loop_free
+
+
+def _has_loops(concrete: Any) -> bool:
+    """Whether a traced function runs a loop (a ``While`` op in its graph or any function it calls).
+
+    Example:
+        >>> f = tf.function(lambda n: tf.while_loop(lambda i: i < n, lambda i: [i + 1], [0]))
+        >>> _has_loops(f.get_concrete_function(tf.constant(3))), _has_loops(tf.function(tf.abs).get_concrete_function(1.0))
+        (True, False)
+    """
+    graph_def = concrete.graph.as_graph_def()
+    nodes = [graph_def.node] + [f.node_def for f in graph_def.library.function]
+    return any(node.op in _LOOP_OPS for group in nodes for node in group)
+
+
 @contextlib.contextmanager
-def _call_options() -> Iterator[None]:
+def _call_options(loops: bool = True) -> Iterator[None]:
     """Run kerascope's compiled functions with :func:`_cpu_call_options` (on this thread, restored on exit).
+
+    ``loops=False``: the function has none (:func:`_has_loops`); :func:`_loop_free_options`.
 
     Example:
         >>> with _call_options():
         ...     tf.function(lambda x: x + 1)(tf.constant(1.0)).numpy().tolist()
         2.0
     """
-    options = _cpu_call_options()
+    options = _cpu_call_options() if loops else _loop_free_options(_cpu_call_options())
     if options is None:
         yield
         return
@@ -170,22 +227,22 @@ def _direct(compiled: Any) -> Callable[..., Any]:
     A ``tf.function`` call matches the arguments against its trace cache every time (~0.3 ms of
     host time per call on CPU, measured with cProfile: 1.4 ms against 0.65 ms profiled); with a
     full signature there is one trace, so the concrete function is the same computation.
-    Every call runs with :func:`_call_options` (the same options each time: one instantiation).
+    Every call runs with :func:`_call_options` (the same options each time: one instantiation;
+    without loops, :func:`_loop_free_options`).
 
     Example:
         >>> f = _direct(tf.function(lambda x: x + 1, input_signature=[tf.TensorSpec((None,), tf.float32)]))
         >>> [f(tf.constant([1.0])).numpy().tolist() for _ in range(2)]
         [[2.0], [2.0]]
     """
-    concrete: list[Any] = []
+    concrete: list[Any] = []  # [the traced function, whether it has loops]
 
     def call(*args: Any) -> Any:
-        with _call_options():
-            if concrete:
-                return concrete[0](*args)
-            result = _call(compiled, *args)  # traces: kerascope's own errors come back as raised
-            concrete.append(compiled.get_concrete_function())
-            return result
+        if not concrete:  # trace (kerascope's own errors come back as raised), then look for loops
+            traced = _call(compiled.get_concrete_function, *args)
+            concrete.extend([traced, _has_loops(traced) if _cpu_call_options() is not None else True])
+        with _call_options(concrete[1]):
+            return concrete[0](*args)
 
     return call
 

@@ -304,7 +304,8 @@ def _add_bias(out: Any, bias: Any, plain: Callable[[Any, Any], Any], channels_la
     On TensorFlow that is a ``BiasAdd`` op, which Grappler fuses into the convolution or matrix
     product before it (with a following ReLU / ReLU6, and with a residual ``Add`` + ReLU); a plain
     ``AddV2`` of the bias is merged by Grappler's arithmetic optimiser with the residual ``Add`` into
-    an ``AddN`` that nothing fuses. Same values (one addition either way).
+    an ``AddN`` that nothing fuses. Same values up to float32 rounding (oneDNN adds the bias inside the
+    fused op).
 
     Example:
         >>> import numpy as np

@@ -1,0 +1,114 @@
+"""What a compiled function's first execution costs under each set of Grappler options, in one process.
+
+The first call of a kerascope method is trace + instantiation (Grappler rewrites the graph, the
+executor is built) + run. The trace does not depend on the call options, the instantiation does:
+TensorFlow instantiates a traced function once per distinct ``config_proto``. This script traces
+each method once, then instantiates it again and again under each option set, alternating (a
+distinct, otherwise unused ``meta_optimizer_timeout_ms`` forces a fresh instantiation each time),
+and reports ``first call - second call`` in CPU seconds (one TF thread): the instantiation's cost,
+with oneDNN's primitive caches already warm in every round, so only the option-dependent part.
+The maps must be bit-identical between option sets.
+
+Option sets: ``tensorflow`` (TensorFlow's own), ``one-pass`` (one Grappler pass, no layout / memory
+optimiser: kerascope before the TFG change), ``kerascope`` (what kerascope now runs for a function
+without loops: :func:`kerascope._backend.tensorflow._loop_free_options`).
+
+Usage:
+    python bench/instantiation.py --model MobileNetV2 --size 224 --images 4 --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ["KERAS_BACKEND"] = "tensorflow"
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2  # noqa: E402
+from tensorflow.python.eager import context  # noqa: E402
+from timing import rotating_calls  # noqa: E402
+
+import kerascope as ks  # noqa: E402
+from kerascope._backend import tensorflow as backend  # noqa: E402
+
+_FRESH = [1000]  # a distinct meta_optimizer_timeout_ms per option set built: a fresh instantiation
+
+
+def option_sets(ours: Any) -> dict[str, Any]:
+    """A fresh copy of each option set; ``ours``: kerascope's options for a function without loops."""
+    base = context.context().function_call_options
+
+    def fresh(options: Any, one_pass: bool = False) -> Any:
+        config = config_pb2.ConfigProto.FromString((options or base).config_proto_serialized)
+        rewrite = config.graph_options.rewrite_options
+        if one_pass:
+            rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+            rewrite.layout_optimizer = rewriter_config_pb2.RewriterConfig.OFF
+            rewrite.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
+        _FRESH[0] += 1
+        rewrite.meta_optimizer_timeout_ms = _FRESH[0]
+        return context.FunctionCallOptions(executor_type=base.executor_type, config_proto=config)
+
+    return {"tensorflow": fresh(None), "one-pass": fresh(None, one_pass=True), "kerascope": fresh(ours)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="MobileNetV2", choices=["MobileNetV2", "ResNet50"])
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--images", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    ours = backend._cpu_call_options()
+    if ours is None:
+        raise SystemExit("A GPU is visible (or this TensorFlow lacks the call options): nothing to compare.")
+    model = getattr(keras.applications, args.model)(input_shape=(args.size, args.size, 3), weights=None)
+    x = np.random.default_rng(0).uniform(0, 1, (args.images, args.size, args.size, 3)).astype(np.float32)
+    targets = np.arange(args.images) % 7
+    layer = "out_relu" if args.model == "MobileNetV2" else "conv5_block3_out"
+    methods = {"saliency": ks.Saliency(model), "gradcam": ks.GradCAM(model, layer=layer)}
+    print(f"{args.model} {args.size}px {args.images} images, {args.rounds} rounds, one TF thread, "
+          f"load_avg={os.getloadavg()[0]:.1f}; instantiation CPU s (first - second call), median (min-max)", flush=True)
+    loop_free = backend._loop_free_options(ours)
+    has_loops = backend._has_loops
+    backend._has_loops = lambda concrete: True  # every function runs the option set as built
+    try:
+        for name, method in methods.items():
+            method.explain(x, targets)  # the trace (and one instantiation under kerascope's options)
+            maps: dict[str, np.ndarray] = {}
+
+            def instantiate(label: str, method: ks.Method = method, maps: dict = maps) -> float:
+                backend._CPU_OPTIONS[:] = [option_sets(loop_free)[label]]
+                start = time.process_time()
+                maps[label] = np.asarray(method.explain(x, targets).attributions)
+                first = time.process_time() - start
+                start = time.process_time()
+                method.explain(x, targets)
+                return first - (time.process_time() - start)
+
+            costs = rotating_calls({label: (lambda label=label: instantiate(label))
+                                    for label in ("tensorflow", "one-pass", "kerascope")}, args.rounds)
+            cells = "  ".join(f"{k} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for k, v in costs.items())
+            same = all(np.array_equal(m, maps["tensorflow"]) for m in maps.values())
+            print(f"{name:<9} {cells}  identical maps: {same}", flush=True)
+    finally:
+        backend._CPU_OPTIONS[:] = [ours]
+        backend._has_loops = has_loops
+    print(f"load_avg at end={os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

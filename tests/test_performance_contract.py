@@ -249,3 +249,27 @@ def test_functions_with_loops_keep_the_loop_optimisers_and_loop_free_ones_skip_t
     assert seen == [True, False]
     for got, want in zip(maps, own, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_nested_functions_are_traced_under_kerascopes_options() -> None:
+    """A ``tf.function`` called inside a compiled pass (a user's, in a layer) records the call options
+    current while it is traced: kerascope traces under its own, as it runs."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("TensorFlow's call options")
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
+    from kerascope._backend import tensorflow as backend
+
+    if backend._cpu_call_options() is None:
+        pytest.skip("a GPU is visible: TensorFlow's own options are kept")
+    inner = tf.function(lambda v: v * 2.0, autograph=False)
+    outer = tf.function(lambda v: inner(v) + 1.0, input_signature=[tf.TensorSpec((None,), tf.float32)],
+                        autograph=False)
+    assert backend._direct(outer)(tf.constant([1.0])).numpy().tolist() == [3.0]
+    calls = [op for op in outer.get_concrete_function().graph.get_operations()
+             if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert calls
+    rewrite = config_pb2.ConfigProto.FromString(calls[0].get_attr("config_proto")).graph_options.rewrite_options
+    assert rewrite.meta_optimizer_iterations == rewriter_config_pb2.RewriterConfig.ONE
+    assert rewrite.disable_tfg_optimizer

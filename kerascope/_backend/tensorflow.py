@@ -239,7 +239,8 @@ def _direct(compiled: Any) -> Callable[..., Any]:
 
     def call(*args: Any) -> Any:
         if not concrete:  # trace (kerascope's own errors come back as raised), then look for loops
-            traced = _call(compiled.get_concrete_function, *args)
+            with _call_options():  # nested functions record the options current while they are traced
+                traced = _call(compiled.get_concrete_function, *args)
             concrete.extend([traced, _has_loops(traced) if _cpu_call_options() is not None else True])
         with _call_options(concrete[1]):
             return concrete[0](*args)
@@ -384,10 +385,14 @@ def bias_add(x: Any, bias: Any) -> Any:
     Example:
         >>> bias_add(tf.zeros((1, 2, 2)), tf.constant([1.0, 2.0])).numpy()[0, 0].tolist()
         [1.0, 2.0]
+        >>> import numpy as np
+        >>> bias_add(tf.zeros((1, 2)), np.array([1.0, 2.0])).numpy().tolist()  # float64 NumPy: a plain addition
+        [[1.0, 2.0]]
     """
-    x, bias = tf.convert_to_tensor(x), tf.convert_to_tensor(bias)
-    if bias.dtype != x.dtype or x.shape.rank is None or x.shape.rank < 2:
-        return x + bias
+    x = tf.convert_to_tensor(x)
+    dtype = getattr(bias, "dtype", None)
+    if dtype is None or tf.as_dtype(dtype) != x.dtype or x.shape.rank is None or x.shape.rank < 2:
+        return x + bias  # TensorFlow's own addition (it casts a NumPy bias of another float type)
     return tf.nn.bias_add(x, bias)
 
 

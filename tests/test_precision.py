@@ -17,6 +17,7 @@ import kerascope as ks
 from kerascope.core.engine import engine_for
 from kerascope.core.precision import check_precision, reduced_precision
 from kerascope.methods import registry
+from kerascope.methods.base import UnsupportedModelError
 
 # JAX compiles every function with XLA (seconds each on 2 cores): the multi-pass methods, whose swap is
 # the same traced call as Saliency's, run on TensorFlow and PyTorch only
@@ -183,6 +184,41 @@ def test_float16_refused_where_it_gives_nan(name):
     full = registry.build(name, model, {}).explain(x, 0).attributions
     half = registry.build(name, model, {"precision": "bfloat16"}).explain(x, 0).attributions
     assert np.linalg.norm(half - full) <= 0.1 * np.linalg.norm(full)  # bfloat16 runs, close to float32
+
+
+def _policy_cnn(dtype: str) -> keras.Model:
+    """A small CNN whose layers compute in ``dtype``'s policy (set per layer: the global policy is untouched)."""
+    x_in = keras.Input((10, 10, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu", dtype=dtype, kernel_initializer=_init(21), name="c1")(x_in)
+    x = keras.layers.MaxPooling2D(dtype=dtype, name="pool")(x)
+    x = keras.layers.Conv2D(6, 3, activation="tanh", dtype=dtype, kernel_initializer=_init(22), name="c2")(x)
+    x = keras.layers.GlobalAveragePooling2D(dtype=dtype)(x)
+    return keras.Model(x_in, keras.layers.Dense(3, dtype=dtype, kernel_initializer=_init(23), name="head")(x))
+
+
+@pytest.mark.parametrize("name", ["lrp", "deeplift", "deeplift_shap"])
+def test_a_model_computing_in_float16_is_refused_in_bfloat16_it_runs(name):
+    """A mixed_float16 model gave NaN maps (the same underflow as precision='float16'), reported as the model's
+    NaN: refused up front, naming the policy. A mixed_bfloat16 model runs; DeepLIFT's summation check allows
+    bfloat16's rounding (it refused the model as having hidden non-linearities)."""
+    with pytest.raises(ValueError, match=r"cannot run on a model that computes in float16\. Its stabilised "
+                                         r"divisions underflow.*layers computing in float16: \['c1' \(mixed_float16\).*float32 copy"):
+        registry.build(name, _policy_cnn("mixed_float16"), {})
+    if name == "deeplift_shap" or keras.backend.backend() == "jax":
+        return
+    half, full = _policy_cnn("mixed_bfloat16"), _policy_cnn("float32")
+    full.set_weights(half.get_weights())
+    x = np.random.default_rng(4).random((3, 10, 10, 3)).astype("float32")
+    if name == "deeplift" and keras.backend.backend() == "torch":
+        # torch's bfloat16 rounding puts this model's smallest f(x) - f(0) (0.006) 14% off: refused, saying why
+        with pytest.raises(UnsupportedModelError, match=r"by more than bfloat16 rounding is allowed.*the model's "
+                                                        r"dtype policy.*Explain in float32"):
+            registry.build(name, half, {}).explain(x, [0, 1, 2])
+        return
+    got = np.asarray(registry.build(name, half, {}).explain(x, [0, 1, 2]).attributions, "float32")
+    want = np.asarray(registry.build(name, full, {}).explain(x, [0, 1, 2]).attributions, "float32")
+    assert np.all(np.isfinite(got))
+    assert np.linalg.norm(got - want) <= 0.1 * np.linalg.norm(want)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CLI is backend-independent; its pass is tested above")

@@ -57,6 +57,26 @@ def check_precision(precision: Any) -> str | None:
     )
 
 
+def model_reduced_dtype(model: keras.Layer) -> str | None:
+    """The lowest floating compute dtype among ``model``'s layers: ``"float16"``, ``"bfloat16"`` or ``None``.
+
+    A model built under a ``mixed_float16`` / ``mixed_bfloat16`` dtype policy (or with such layers)
+    runs its passes in that precision whatever ``precision=`` says.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, dtype="mixed_bfloat16")])
+        >>> model_reduced_dtype(m), model_reduced_dtype(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]))
+        ('bfloat16', None)
+    """
+    found = {getattr(layer, "compute_dtype", None) for _, layer in iter_layers(model)}
+    found.add(getattr(model, "compute_dtype", None))
+    for dtype in ("float16", "bfloat16"):
+        if dtype in found:
+            return dtype
+    return None
+
+
 def _swappable(layer: keras.Layer) -> bool:
     """A layer computing in plain float32 (not quantized, not a per-path policy map)."""
     policy = getattr(layer, "dtype_policy", None)

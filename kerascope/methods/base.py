@@ -11,7 +11,8 @@ from kerascope.core.calls import SharedLayerError, check_call_index
 from kerascope.core.engine import Engine, check_finite, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.precision import check_precision
+from kerascope.core.layers import iter_layers
+from kerascope.core.precision import check_precision, model_reduced_dtype
 from kerascope.core.progress import Progress, progress_scope
 from kerascope.core.threads import single_threaded_blas
 from kerascope.numeric.chunking import check_batch_size
@@ -108,6 +109,13 @@ class UnsupportedModelError(ValueError):
     """
 
 
+def _float16_layers(model: keras.Layer) -> str:
+    """``"['c1' (mixed_float16), ...]"``: the layers of ``model`` that compute in float16 (the first five)."""
+    found = [f"{path!r} ({getattr(getattr(layer, 'dtype_policy', None), 'name', '?')})"
+             for path, layer in iter_layers(model) if getattr(layer, "compute_dtype", None) == "float16"]
+    return f"[{', '.join(found[:5])}{', ...' if len(found) > 5 else ''}]"
+
+
 class Method:
     """Base of all methods: ``Method(model, **params).explain(inputs, targets)``.
 
@@ -187,6 +195,14 @@ class Method:
             raise ValueError(
                 f"{type(self).__name__} cannot run in {reduced}. {self.precision_note} Received: "
                 f"precision={precision!r}. Use precision={self.reduced_precisions[0]!r} or None (float32)."
+            )
+        computes = model_reduced_dtype(model) if "float16" not in self.reduced_precisions else None
+        if computes == "float16":  # the model's own dtype policy: the same reason as precision="float16"
+            raise ValueError(
+                f"{type(self).__name__} cannot run on a model that computes in float16. {self.precision_note} "
+                f"Received: layers computing in float16: {_float16_layers(model)}. Explain a float32 copy "
+                "(rebuild it under keras.config.set_dtype_policy('float32') and copy the weights with "
+                "set_weights), or use a gradient method such as IntegratedGradients."
             )
         self.model = model
         self.batch_size = batch_size
@@ -346,6 +362,14 @@ class FunctionMethod(Method):
     """
 
     def __init__(self, model: keras.Layer, function: Any, *, batch_size: int = 32) -> None:
+        computes = model_reduced_dtype(model) if "float16" not in self.reduced_precisions else None
+        if computes == "float16":  # the model's own dtype policy: the same reason as precision="float16"
+            raise ValueError(
+                f"{type(self).__name__} cannot run on a model that computes in float16. {self.precision_note} "
+                f"Received: layers computing in float16: {_float16_layers(model)}. Explain a float32 copy "
+                "(rebuild it under keras.config.set_dtype_policy('float32') and copy the weights with "
+                "set_weights), or use a gradient method such as IntegratedGradients."
+            )
         self.model = model
         self.batch_size = batch_size
         self.function = function

@@ -18,6 +18,7 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.deeplift_rules import DeepLiftBackward, classify
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.precision import model_reduced_dtype
 from kerascope.core.probe import softmax_candidates
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
 from kerascope.methods._input_choice import gradient_inputs
@@ -109,6 +110,16 @@ def _check_summation(
         tolerance = tolerance + 5e-2 * np.abs(delta) + 8 * _ROUNDOFF[precision] * (np.abs(scores) + np.abs(base_scores))
     if np.any(error > tolerance):
         worst = int(np.argmax(error - tolerance))
+        if precision in _ROUNDOFF:  # the rounding may be the cause: say so first (the check cannot tell)
+            raise UnsupportedModelError(
+                "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
+                f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {worst}), by more than "
+                f"{precision} rounding is allowed. Received: passes computed in {precision} (precision= or "
+                "the model's dtype policy), which rounds every layer's output to "
+                f"{int(round(-np.log2(_ROUNDOFF[precision])))} bits; a small f(x) - f(baseline) may not "
+                "survive that. Explain in float32 (precision=None, or a float32 copy of the model) to get "
+                "exact sums; if they still do not hold, the model applies a non-linearity kerascope cannot see."
+            )
         raise UnsupportedModelError(
             "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
             f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {worst}): the model applies a "
@@ -117,6 +128,11 @@ def _check_summation(
             "non-linearities are not all layers or Functional ops. Make them layers (`keras.layers.ReLU()`, "
             "`Activation(...)`) or use IntegratedGradients."
         )
+
+
+def _rounding(method: Method) -> str | None:
+    """The reduced precision the passes run in: ``precision=``, else the model's own compute dtype."""
+    return method.engine.precision or model_reduced_dtype(method.model)
 
 
 def _constant_rows(array: np.ndarray) -> bool:
@@ -182,7 +198,7 @@ class _Runner:
             outputs = (reference_outputs() if reference_outputs is not None
                        else method.engine.select(method.engine.forward(Inputs(inputs.model_arg(reference)))))
             base = np.asarray(outputs, np.float32).reshape(-1)[resolved]
-        _check_summation(_sums(attributions), scores, base, method.engine.precision)
+        _check_summation(_sums(attributions), scores, base, _rounding(method))
         return attributions, scores, resolved, base
 
     def groups_per_pass(self, references: int) -> int:
@@ -232,7 +248,7 @@ class _Runner:
                 else:
                     outputs = np.asarray(reference_outputs(int(ref)), np.float32).reshape(-1)
                     row_base = outputs[classes[j, :n]]
-                _check_summation(_sums(parts), scores[j, :n], row_base, method.engine.precision)
+                _check_summation(_sums(parts), scores[j, :n], row_base, _rounding(method))
                 for acc, part in zip(attributions, parts, strict=True):
                     acc += weights[ref] * part
                 base += weights[ref] * row_base
@@ -261,7 +277,7 @@ class _Runner:
         attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])
                         for g, i in zip(result.input_grads, self.wrt, strict=True)]
         scores, base = result.scores[:m], result.scores[m:]
-        _check_summation(_sums(attributions), scores, base, method.engine.precision)
+        _check_summation(_sums(attributions), scores, base, _rounding(method))
         return attributions, scores, base
 
 

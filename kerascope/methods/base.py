@@ -362,14 +362,6 @@ class FunctionMethod(Method):
     """
 
     def __init__(self, model: keras.Layer, function: Any, *, batch_size: int = 32) -> None:
-        computes = model_reduced_dtype(model) if "float16" not in self.reduced_precisions else None
-        if computes == "float16":  # the model's own dtype policy: the same reason as precision="float16"
-            raise ValueError(
-                f"{type(self).__name__} cannot run on a model that computes in float16. {self.precision_note} "
-                f"Received: layers computing in float16: {_float16_layers(model)}. Explain a float32 copy "
-                "(rebuild it under keras.config.set_dtype_policy('float32') and copy the weights with "
-                "set_weights), or use a gradient method such as IntegratedGradients."
-            )
         self.model = model
         self.batch_size = batch_size
         self.function = function

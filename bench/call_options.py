@@ -36,23 +36,35 @@ import kerascope as ks  # noqa: E402
 from kerascope._backend import tensorflow as backend  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments this script and ``bench/instantiation.py`` share (model, size, images, rounds)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="MobileNetV2", choices=["MobileNetV2", "ResNet50"])
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--images", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--methods", nargs="+", default=["saliency", "gradcam", "smoothgrad16"],
-                        choices=["saliency", "gradcam", "smoothgrad16", "deeplift", "lrp", "occlusion"])
-    args = parser.parse_args()
+    return parser
+
+
+def set_up(args: argparse.Namespace, **model_kwargs: object) -> tuple[object, keras.Model, np.ndarray]:
+    """One TF thread; ``(kerascope's CPU call options, the model, the images)``; exits where a GPU is visible."""
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     ours = backend._cpu_call_options()
     if ours is None:
         raise SystemExit("A GPU is visible (or this TensorFlow lacks the call options): nothing to compare.")
-    model = getattr(keras.applications, args.model)(
-        input_shape=(args.size, args.size, 3), weights=None, classifier_activation=None)
+    model = getattr(keras.applications, args.model)(input_shape=(args.size, args.size, 3), weights=None,
+                                                    **model_kwargs)
     x = np.random.default_rng(0).uniform(0, 1, (args.images, args.size, args.size, 3)).astype(np.float32)
+    return ours, model, x
+
+
+def main() -> None:
+    parser = options_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=["saliency", "gradcam", "smoothgrad16"],
+                        choices=["saliency", "gradcam", "smoothgrad16", "deeplift", "lrp", "occlusion"])
+    args = parser.parse_args()
+    ours, model, x = set_up(args, classifier_activation=None)
     targets = np.zeros(args.images, np.int64)
     made = {"saliency": lambda: ks.Saliency(model), "gradcam": lambda: ks.GradCAM(model),
             "smoothgrad16": lambda: ks.SmoothGrad(model, samples=16, seed=0, batch_size=32),

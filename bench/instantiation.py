@@ -19,7 +19,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -32,9 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from call_options import options_parser, set_up  # noqa: E402  (bench/call_options.py)
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2  # noqa: E402
 from tensorflow.python.eager import context  # noqa: E402
 from timing import rotating_calls  # noqa: E402
@@ -64,19 +62,8 @@ def option_sets(ours: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="MobileNetV2", choices=["MobileNetV2", "ResNet50"])
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--images", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    ours = backend._cpu_call_options()
-    if ours is None:
-        raise SystemExit("A GPU is visible (or this TensorFlow lacks the call options): nothing to compare.")
-    model = getattr(keras.applications, args.model)(input_shape=(args.size, args.size, 3), weights=None)
-    x = np.random.default_rng(0).uniform(0, 1, (args.images, args.size, args.size, 3)).astype(np.float32)
+    args = options_parser(__doc__.split("\n\n")[0]).parse_args()
+    ours, model, x = set_up(args)
     targets = np.arange(args.images) % 7
     layer = "out_relu" if args.model == "MobileNetV2" else "conv5_block3_out"
     methods = {"saliency": ks.Saliency(model), "gradcam": ks.GradCAM(model, layer=layer)}

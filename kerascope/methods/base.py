@@ -196,8 +196,8 @@ class Method:
                 f"{type(self).__name__} cannot run in {reduced}. {self.precision_note} Received: "
                 f"precision={precision!r}. Use precision={self.reduced_precisions[0]!r} or None (float32)."
             )
-        computes = model_reduced_dtype(model) if "float16" not in self.reduced_precisions else None
-        if computes == "float16":  # the model's own dtype policy: the same reason as precision="float16"
+        if "float16" not in self.reduced_precisions and model_reduced_dtype(model) == "float16":
+            # the model's own dtype policy: the same reason as precision="float16"
             raise ValueError(
                 f"{type(self).__name__} cannot run on a model that computes in float16. {self.precision_note} "
                 f"Received: layers computing in float16: {_float16_layers(model)}. Explain a float32 copy "

@@ -130,11 +130,6 @@ def _check_summation(
         )
 
 
-def _rounding(method: Method) -> str | None:
-    """The reduced precision the passes run in: ``precision=``, else the model's own compute dtype."""
-    return method.engine.precision or model_reduced_dtype(method.model)
-
-
 def _constant_rows(array: np.ndarray) -> bool:
     """Whether every row of ``array`` is the first one (then one reference row serves every input)."""
     return len(array) <= 1 or bool(np.all(array == array[:1]))
@@ -154,6 +149,8 @@ class _Runner:
         self.method, self.inputs, self.targets, self.wrt = method, inputs, targets, wrt
         self.indices = targets_lib.encode(targets, inputs.num_samples)[0] if not callable(targets) else None
         self._resolved: np.ndarray | None = None
+        #: the reduced precision the passes run in (``precision=``, else the model's own compute dtype)
+        self.rounding = method.engine.precision or model_reduced_dtype(method.model)
 
     def can_share(self, references: list[np.ndarray]) -> bool:
         """One reference row fits: each attributed input's references and every other input are constant."""
@@ -198,7 +195,7 @@ class _Runner:
             outputs = (reference_outputs() if reference_outputs is not None
                        else method.engine.select(method.engine.forward(Inputs(inputs.model_arg(reference)))))
             base = np.asarray(outputs, np.float32).reshape(-1)[resolved]
-        _check_summation(_sums(attributions), scores, base, _rounding(method))
+        _check_summation(_sums(attributions), scores, base, self.rounding)
         return attributions, scores, resolved, base
 
     def groups_per_pass(self, references: int) -> int:
@@ -248,7 +245,7 @@ class _Runner:
                 else:
                     outputs = np.asarray(reference_outputs(int(ref)), np.float32).reshape(-1)
                     row_base = outputs[classes[j, :n]]
-                _check_summation(_sums(parts), scores[j, :n], row_base, _rounding(method))
+                _check_summation(_sums(parts), scores[j, :n], row_base, self.rounding)
                 for acc, part in zip(attributions, parts, strict=True):
                     acc += weights[ref] * part
                 base += weights[ref] * row_base
@@ -277,7 +274,7 @@ class _Runner:
         attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])
                         for g, i in zip(result.input_grads, self.wrt, strict=True)]
         scores, base = result.scores[:m], result.scores[m:]
-        _check_summation(_sums(attributions), scores, base, _rounding(method))
+        _check_summation(_sums(attributions), scores, base, self.rounding)
         return attributions, scores, base
 
 

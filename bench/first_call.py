@@ -15,6 +15,14 @@ seconds much less. Processes run one at a
 time, the (library, method) order rotating every round, so a busy phase of a
 shared machine hits every library alike.
 
+Each library loads from compiled bytecode: the peers are pip-installed (pip writes their
+``.pyc`` files), and before the rounds this script byte-compiles the kerascope trees it times
+(``compileall``), as an installed wheel would be. Without it, where ``PYTHONDONTWRITEBYTECODE``
+is set (as on the development machines) every kerascope module was compiled from source in every
+child: ~0.055 s of kerascope's first call that no user with an installed package pays. The
+classes are imported in the library phase for every library (``from kerascope import Saliency``
+as ``from tf_keras_vis.saliency import Saliency``), so the first call times the call alone.
+
 Usage:
     python bench/first_call.py --rounds 3
     python bench/first_call.py --rounds 3 --one-thread   # one TF thread: CPU seconds steadier on a loaded machine
@@ -53,8 +61,8 @@ backend = time.perf_counter()
 library, method, size, images, calls = {library!r}, {method!r}, {size}, {images}, {calls}
 cam = "out_relu"
 if library == "kerascope":
-    import kerascope as ks
-    make = {{"saliency": lambda m: ks.Saliency(m), "gradcam": lambda m: ks.GradCAM(m, layer=cam)}}[method]
+    from kerascope import GradCAM, Saliency
+    make = {{"saliency": lambda m: Saliency(m), "gradcam": lambda m: GradCAM(m, layer=cam)}}[method]
     call = lambda e, x, t: e.explain(x, t).attributions
 elif library == "tf-keras-vis":
     from tf_keras_vis.gradcam import Gradcam
@@ -132,6 +140,11 @@ def main() -> None:
     python = VENV / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"No peers venv at {VENV}. Run `python bench/peers.py --setup` first.")
+    for tree in [HERE.parent, args.before] if args.before is not None else [HERE.parent]:
+        compiled = subprocess.run([str(python), "-m", "compileall", "-q", str(tree.resolve() / "kerascope")],
+                                  capture_output=True, text=True)
+        if compiled.returncode != 0:
+            raise SystemExit(f"Could not byte-compile {tree / 'kerascope'}: {compiled.stdout}{compiled.stderr}")
     pairs = [(lib, m) for m in args.methods for lib in args.libraries]
     results: dict[tuple[str, str], list[dict]] = {pair: [] for pair in pairs}
     load = os.getloadavg()

@@ -14,6 +14,7 @@ import pytest
 import kerascope as ks
 from kerascope.core.engine import NonFiniteError, engine_for
 from kerascope.methods import registry
+from kerascope.methods.base import UnsupportedModelError
 
 BACKEND = keras.backend.backend()
 
@@ -263,6 +264,79 @@ def test_non_finite_scores_and_attributions_are_kerascope_errors():
         ks.Saliency(root).explain(np.array([[0.0, 1.0], [1.0, 1.0]], "float32"), 0)
     with pytest.raises(ValueError, match="NaN or infinite values"):  # inputs: refused before any work
         ks.Saliency(dense_model()).explain(np.array([[np.nan, 0, 0, 0]], "float32"), 0)
+
+
+def overflowing_model() -> keras.Model:
+    """Scores overflow to NaN / inf for inputs of 1e30 (kernel entries ~1e10), finite for inputs ~1."""
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu", name="d1")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(3, name="d2")(hidden))
+    kernel, bias = model.get_layer("d1").get_weights()
+    model.get_layer("d1").set_weights([np.abs(kernel) * 1e10, bias])
+    return model
+
+
+ZEROS = np.zeros((2, 4), "float32")
+ROW_METHODS = {  # methods whose passes are not the user's rows: noisy copies, path points, reference rows
+    "saliency": lambda m: ks.Saliency(m),
+    "smoothgrad": lambda m: ks.SmoothGrad(m, samples=4, seed=0),
+    "smoothgrad_of_deeplift": lambda m: ks.SmoothGrad(m, base="deeplift", samples=2, seed=0),
+    "vargrad_to_tolerance": lambda m: ks.VarGrad(m, tolerance=0.5, samples=4, seed=0),
+    "integrated_gradients": lambda m: ks.IntegratedGradients(m, steps=4),
+    "integrated_gradients_at_layer": lambda m: ks.IntegratedGradients(m, steps=4, layer="d1"),
+    "expected_gradients": lambda m: ks.ExpectedGradients(m, baseline=ZEROS, samples=4, seed=0),
+    "deeplift": lambda m: ks.DeepLIFT(m),
+    "deeplift_pairs": lambda m: ks.DeepLIFT(m, baseline=np.zeros((3, 4), "float32") + np.arange(3.0)[:, None] / 10,
+                                            batch_size=2),
+    "deeplift_shap": lambda m: ks.DeepLiftShap(m, baseline=ZEROS),
+    "deeplift_shap_sampled": lambda m: ks.DeepLiftShap(m, baseline=ZEROS, samples=3, seed=0, batch_size=2),
+    "lrp": lambda m: ks.LRP(m),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_METHODS))
+def test_non_finite_errors_name_the_users_sample_not_the_row_of_an_inner_pass(name):
+    # before: "samples [2, 5, 8, 11]" (SmoothGrad's noisy copies) or [8, 9, 10, 11] (IG's path points) for 3 samples
+    x = np.full((3, 4), 0.5, "float32")
+    x[2] = 1e30
+    with pytest.raises(NonFiniteError, match=r"NaN or infinite values in .*: \d+ value\(s\), samples \[2\]\. "):
+        ROW_METHODS[name](overflowing_model()).explain(x, 0)
+
+
+def test_a_non_finite_reference_row_is_named_as_the_baseline():
+    x = np.full((2, 4), 0.5, "float32")
+    with pytest.raises(NonFiniteError, match=r"the model's scores: 1 value\(s\), the reference \(baseline\) rows\."):
+        ks.DeepLIFT(overflowing_model(), baseline=1e30).explain(x, 0)
+    with pytest.raises(NonFiniteError, match=r"the model's scores: \d+ value\(s\), the reference \(baseline\) rows\."):
+        ks.DeepLiftShap(overflowing_model(), baseline=np.full((2, 4), 1e30, "float32")).explain(x, 0)
+
+
+def test_rows_of_blocks_compose_and_never_guess():
+    from kerascope.core.rows import REFERENCE, describe_rows, rows_of, sample_of
+
+    assert describe_rows(np.array([1, 4]), 5) == "samples [1, 4]"  # no block: the rows are the samples
+    with rows_of(np.array([0, 1, 2] * 4)):  # noise-sample-major copies of 3 samples
+        assert describe_rows(np.array([2, 5, 8, 11]), 12) == "samples [2]"
+        with rows_of([2, 2, REFERENCE]):  # an inner pass of copy 2 (sample 2) against a reference row
+            assert describe_rows(np.array([0, 2]), 3) == "samples [2] and the reference (baseline) rows"
+            assert sample_of(1, 3) == 2 and sample_of(2, 3) is None
+            assert describe_rows(np.array([1]), 7) == "rows [1] of an inner pass of 7 rows"  # not this pass's rows
+        assert describe_rows(np.array([5]), 12) == "samples [2]"  # the inner block ended
+    assert sample_of(3, 5) == 3
+
+
+def test_deeplift_summation_error_names_the_users_sample_in_a_later_chunk():
+    from test_deeplift import HiddenTanh  # a non-linearity inside a subclassed call: sums do not hold
+
+    keras.utils.set_random_seed(0)
+    model = HiddenTanh()
+    baseline = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    x = baseline.copy()
+    x[2] += 2.0  # samples 0 and 1 equal their baselines: only sample 2's sums can fail
+    model(x)
+    # per-sample baselines: pairs, one sample per pass (batch_size=2): sample 2 is row 0 of the third pass
+    with pytest.raises(UnsupportedModelError, match=r"do not sum to f\(x\) - f\(baseline\) \(sum .* for sample 2\)"):
+        ks.DeepLIFT(model, baseline=baseline, batch_size=2).explain(x, 0)
 
 
 # ------------------------------------------------------- 4. shared layers

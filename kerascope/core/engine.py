@@ -58,6 +58,7 @@ from kerascope.core.probe import (
     softmax_candidates,
 )
 from kerascope.core.progress import Progress, progress_scope
+from kerascope.core.rows import describe_rows
 from kerascope.numeric.chunking import check_batch_size
 
 __all__ = [
@@ -85,6 +86,9 @@ class NonFiniteError(ValueError):
 def check_finite(values: Any, what: str, advice: str = "") -> None:
     """Raise :class:`NonFiniteError` naming ``what`` and the samples when ``values`` (batch first) is not finite.
 
+    The samples are the user's (:func:`kerascope.core.rows.rows_of`: a noisy copy, a path point or
+    a reference row of an inner pass is named by the sample it belongs to).
+
     Example:
         >>> import numpy as np
         >>> check_finite(np.array([1.0, np.inf]), "the model's scores")
@@ -96,12 +100,12 @@ def check_finite(values: Any, what: str, advice: str = "") -> None:
     if not np.issubdtype(array.dtype, np.floating) or np.all(np.isfinite(array)):
         return
     bad = ~np.isfinite(array)
-    samples = np.flatnonzero(bad.reshape(len(array), -1).any(axis=1)) if array.ndim else np.array([0])
+    rows = np.flatnonzero(bad.reshape(len(array), -1).any(axis=1)) if array.ndim else np.array([0])
     nans = int(np.isnan(array).sum())
     raise NonFiniteError(
-        f"NaN or infinite values in {what}: {int(bad.sum())} value(s), samples {samples.tolist()[:10]}"
-        f"{' ...' if len(samples) > 10 else ''}. Received: {nans} NaN, {int(bad.sum()) - nans} infinite."
-        + (f" {advice}" if advice else "")
+        f"NaN or infinite values in {what}: {int(bad.sum())} value(s), "
+        f"{describe_rows(rows, len(array) if array.ndim else 1)}. "
+        f"Received: {nans} NaN, {int(bad.sum()) - nans} infinite." + (f" {advice}" if advice else "")
     )
 
 

@@ -20,6 +20,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.precision import model_reduced_dtype
 from kerascope.core.probe import softmax_candidates
+from kerascope.core.rows import REFERENCE, rows_of, sample_of
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
 from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import Method, UnsupportedModelError, check_positive_int, check_seed
@@ -110,10 +111,11 @@ def _check_summation(
         tolerance = tolerance + 5e-2 * np.abs(delta) + 8 * _ROUNDOFF[precision] * (np.abs(scores) + np.abs(base_scores))
     if np.any(error > tolerance):
         worst = int(np.argmax(error - tolerance))
+        sample = sample_of(worst, len(error))  # (the user's sample: pairs run a subset of the rows)
         if precision in _ROUNDOFF:  # the rounding may be the cause: say so first (the check cannot tell)
             raise UnsupportedModelError(
                 "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
-                f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {worst}), by more than "
+                f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {sample}), by more than "
                 f"{precision} rounding is allowed. Received: passes computed in {precision} (precision= or "
                 "the model's dtype policy), which rounds every layer's output to "
                 f"{int(round(-np.log2(_ROUNDOFF[precision])))} bits; a small f(x) - f(baseline) may not "
@@ -122,7 +124,7 @@ def _check_summation(
             )
         raise UnsupportedModelError(
             "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
-            f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {worst}): the model applies a "
+            f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {sample}): the model applies a "
             "non-linearity that kerascope cannot see, such as an op written inside a subclassed model's "
             "or layer's `call` (e.g. `tf.nn.relu`, `keras.ops.max`). Received: a model whose "
             "non-linearities are not all layers or Functional ops. Make them layers (`keras.layers.ReLU()`, "
@@ -179,10 +181,11 @@ class _Runner:
                 targets = self.targets  # the predicted class is resolved in the pass (the reference's is unused)
             else:
                 targets = self.indices[np.append(rows, rows[0])]
-            result = method.engine.gradients(
-                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
-                rule=DeepLiftBackward(shared=True), batch_size=m + 1,
-            )
+            with rows_of([*rows, REFERENCE]):
+                result = method.engine.gradients(
+                    Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
+                    rule=DeepLiftBackward(shared=True), batch_size=m + 1,
+                )
             for k, (g, i) in enumerate(zip(result.input_grads, self.wrt, strict=True)):
                 attributions[k][rows] = g[:m] * (inputs.arrays[i][rows] - reference[i])
             scores[rows], resolved[rows], last = result.scores[:m], result.targets[:m], result.scores[m]
@@ -232,8 +235,9 @@ class _Runner:
                 targets = self.targets
             else:
                 targets = np.tile(np.append(self.indices, self.indices[0]), g)
-            result = method.engine.gradients(Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
-                                             rule=rule, batch_size=g * length)
+            with rows_of(np.tile([*range(n), REFERENCE], g)):
+                result = method.engine.gradients(Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
+                                                 rule=rule, batch_size=g * length)
             scores = result.scores.reshape(g, length)
             classes = np.asarray(result.targets).reshape(g, length)
             grads = [grad.reshape(g, length, *grad.shape[1:]) for grad in result.input_grads]
@@ -267,14 +271,16 @@ class _Runner:
         arrays = [np.concatenate([a[owners], chosen[k].astype(a.dtype) if k in chosen else a[owners]])
                   for k, a in enumerate(inputs.arrays)]
         targets = self.targets if callable(self.targets) else np.concatenate([self.resolved()[owners]] * 2)
-        result = method.engine.gradients(
-            Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=DeepLiftBackward(shared=False),
-            batch_size=2 * m,
-        )
+        with rows_of(np.concatenate([owners, np.full(m, REFERENCE)])):
+            result = method.engine.gradients(
+                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=DeepLiftBackward(shared=False),
+                batch_size=2 * m,
+            )
         attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])
                         for g, i in zip(result.input_grads, self.wrt, strict=True)]
         scores, base = result.scores[:m], result.scores[m:]
-        _check_summation(_sums(attributions), scores, base, self.rounding)
+        with rows_of(owners):
+            _check_summation(_sums(attributions), scores, base, self.rounding)
         return attributions, scores, base
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from kerascope.core import targets as targets_lib
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.rows import rows_of
 from kerascope.methods import _layer
 from kerascope.methods._convergence import (
     NESTED_RULES,
@@ -211,18 +212,20 @@ class PathMethod(LayerMethod):
                 deltas.append(delta)
             if values is None:  # the attributed inputs move along the path, the others keep their values
                 wrt = self.attributed_inputs(inputs)
-                result = self.engine.gradients(
-                    Inputs(inputs.model_arg(_substitute(inputs, owners, wrt, points))),
-                    row_targets(targets, resolved, owners),
-                    wrt_inputs=wrt,
-                    batch_size=self.batch_size,
-                )
+                with rows_of(owners):
+                    result = self.engine.gradients(
+                        Inputs(inputs.model_arg(_substitute(inputs, owners, wrt, points))),
+                        row_targets(targets, resolved, owners),
+                        wrt_inputs=wrt,
+                        batch_size=self.batch_size,
+                    )
                 grads = result.input_grads
             else:
-                result = self.engine.gradients(
-                    _layer.rows(inputs, owners), row_targets(targets, resolved, owners),
-                    layers=[self._layer], wrt_inputs=False, replace=points, batch_size=self.batch_size,
-                )
+                with rows_of(owners):
+                    result = self.engine.gradients(
+                        _layer.rows(inputs, owners), row_targets(targets, resolved, owners),
+                        layers=[self._layer], wrt_inputs=False, replace=points, batch_size=self.batch_size,
+                    )
                 grads = result.layer_grads
             yield rows, owners, weights, [g * d for g, d in zip(grads, deltas, strict=True)], result.scores
 

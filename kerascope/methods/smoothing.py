@@ -24,6 +24,7 @@ import numpy as np
 
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
+from kerascope.core.rows import rows_of
 from kerascope.methods import _layer, registry
 from kerascope.methods._convergence import pair_chunk_rows, pair_rows, pair_samples, run_pairs
 from kerascope.methods._folding import Stream, as_list, clean_scores, reduce_rows, row_targets
@@ -200,7 +201,8 @@ class NoiseWrapper(Method):
                 noise += array[owners]
                 noisy.append(noise)
             chunk = Inputs(inputs.model_arg(noisy))
-            explained = self._base._explain(chunk, row_targets(targets, resolved, owners))
+            with rows_of(owners):
+                explained = self._base._explain(chunk, row_targets(targets, resolved, owners))
             ones = np.ones(len(rows))
             produced = as_list(explained.attributions)
             expected = [(len(rows), *inputs.arrays[k].shape[1:]) for k in wrt]
@@ -239,9 +241,10 @@ class NoiseWrapper(Method):
             owners, draws = rows % n, rows // n
             z = stream.take(int(draws[0]), int(draws[-1]) + 1)[draws - draws[0]].reshape(len(rows), *acts.shape[1:])
             noisy = acts[owners] + sigma[owners].reshape((-1,) + (1,) * (acts.ndim - 1)) * z
-            explained = self._base._explain_at(
-                _layer.rows(inputs, owners), noisy, row_targets(targets, resolved, owners)
-            )
+            with rows_of(owners):
+                explained = self._base._explain_at(
+                    _layer.rows(inputs, owners), noisy, row_targets(targets, resolved, owners)
+                )
             ones = np.ones(len(rows))
             reduce_rows(total, owners, ones, explained.attributions)
             if squares is not None:
@@ -289,10 +292,11 @@ class NoiseWrapper(Method):
                     noisy.append(array[owners] + scale * z[:, offsets[k]: offsets[k + 1]].reshape(
                         len(rows), *array.shape[1:]))
                 chunk_targets = row_targets(targets, resolved, owners)
-                if self._layer is not None:
-                    explained = self._base._explain_at(_layer.rows(inputs, owners), noisy[0], chunk_targets)
-                else:
-                    explained = self._base._explain(Inputs(inputs.model_arg(noisy)), chunk_targets)
+                with rows_of(owners):
+                    if self._layer is not None:
+                        explained = self._base._explain_at(_layer.rows(inputs, owners), noisy[0], chunk_targets)
+                    else:
+                        explained = self._base._explain(Inputs(inputs.model_arg(noisy)), chunk_targets)
                 yield owners, np.concatenate([a.reshape(len(rows), -1) for a in as_list(explained.attributions)], axis=1)
 
         run = run_pairs(n, int(spans[-1]), self.statistic, chunks, samples=self.samples,

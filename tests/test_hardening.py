@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core.engine import NonFiniteError, engine_for
+from kerascope.core.engine import NonFiniteError, StochasticModelError, engine_for
 from kerascope.methods import registry
 from kerascope.methods.base import UnsupportedModelError
 
@@ -337,6 +337,45 @@ def test_deeplift_summation_error_names_the_users_sample_in_a_later_chunk():
     # per-sample baselines: pairs, one sample per pass (batch_size=2): sample 2 is row 0 of the third pass
     with pytest.raises(UnsupportedModelError, match=r"do not sum to f\(x\) - f\(baseline\) \(sum .* for sample 2\)"):
         ks.DeepLIFT(model, baseline=baseline, batch_size=2).explain(x, 0)
+
+
+class RandomAtInference(keras.Model):
+    """A subclassed model whose randomness ignores ``training`` (MC-dropout / noise written inside ``call``)."""
+
+    def __init__(self, noise: str) -> None:
+        super().__init__(name=f"random_{noise}")
+        self.d1, self.d2 = keras.layers.Dense(64), keras.layers.Dense(3)
+        self.random = keras.layers.Dropout(0.5, seed=1) if noise == "dropout" else keras.layers.GaussianNoise(0.5, seed=1)
+
+    def call(self, x, training=None):
+        return self.d2(self.random(self.d1(x), training=True))
+
+
+@pytest.mark.parametrize("noise", ["dropout", "gaussian"])
+@pytest.mark.parametrize("name", ["saliency", "integrated_gradients", "occlusion", "deeplift", "lrp", "smoothgrad"])
+def test_a_model_random_at_inference_is_refused_not_explained_as_one_draw(name, noise):
+    # before: every call returned another map (Occlusion's differences were mostly dropout noise)
+    model = RandomAtInference(noise)
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    model(x)
+    weights = [w.copy() for w in model.get_weights()]
+    method = registry.build(name, model, {"window": 2} if name == "occlusion" else {})
+    with pytest.raises(StochasticModelError, match=r"Model 'random_\w+' is random at inference: two calls with "
+                       r"training=False on the same sample differ .*self\.dropout\(x, training=training\)"):
+        method.explain(x, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights, strict=True))
+
+
+def test_a_functional_model_with_dropout_at_training_true_is_explained_at_inference():
+    # Keras layers of a functional model follow the call's training=False (as predict() does): deterministic
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dropout(0.5)(keras.layers.Dense(64, name="d1")(inputs), training=True)
+    model = keras.Model(inputs, keras.layers.Dense(3, name="d2")(hidden))
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    got = ks.Saliency(model).explain(x, 0).attributions
+    want = model.get_layer("d1").get_weights()[0] @ model.get_layer("d2").get_weights()[0][:, 0]  # linear: W1 w2
+    np.testing.assert_allclose(got, np.tile(want, (3, 1)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got, ks.Saliency(model).explain(x, 0).attributions)
 
 
 # ------------------------------------------------------- 4. shared layers

@@ -63,7 +63,7 @@ from kerascope.numeric.chunking import check_batch_size
 
 __all__ = [
     "OUTPUT_SPACES", "RULES", "SATURATED_HIGH", "SATURATED_LOW", "ChunkScorer", "Engine", "GradientResult",
-    "NonFiniteError", "Transform", "check_finite", "engine_for",
+    "NonFiniteError", "StochasticModelError", "Transform", "check_finite", "engine_for",
 ]
 
 RULES = (None, "guided", "deconvnet", "deeplift")
@@ -81,6 +81,52 @@ class NonFiniteError(ValueError):
         >>> issubclass(NonFiniteError, ValueError)
         True
     """
+
+
+class StochasticModelError(ValueError):
+    """The model gives different outputs for the same input at inference (``training=False``).
+
+    An explanation of one random draw of such a model (Dropout or noise called with
+    ``training=True`` inside ``call``, a random op that ignores ``training``) is noise: every pass
+    of a method sees another draw, so a perturbation's effect, a path integral or a gradient is
+    mixed with the randomness. kerascope refuses instead of returning that map.
+
+    Example:
+        >>> issubclass(StochasticModelError, ValueError)
+        True
+    """
+
+
+def check_deterministic(name: str, first: Any, second: Any) -> None:
+    """Raise :class:`StochasticModelError` when two inference calls on the same sample differ.
+
+    Example:
+        >>> import numpy as np
+        >>> check_deterministic("m", [np.ones(3)], [np.ones(3)])
+        >>> check_deterministic("m", [np.ones(3)], [np.array([1.0, 2.0, 1.0])])
+        Traceback (most recent call last):
+        ...
+        kerascope.core.engine.StochasticModelError: Model 'm' is random at inference: two calls with training=False on the same sample differ (largest difference 1 of output values up to 2). Received: a model whose call() draws random numbers whatever `training` says (e.g. `Dropout(...)(x, training=True)` or noise written inside `call`). Its explanations would be one random draw each, different on every call. Let the random layers follow `training` (`self.dropout(x, training=training)`) to explain the model as `predict()` uses it; to explain MC-dropout, make the randomness explicit and average the maps yourself over fixed seeds.
+    """
+    pairs = list(zip(keras.tree.flatten(first), keras.tree.flatten(second), strict=True))
+    largest, scale = 0.0, 0.0
+    for a, b in pairs:
+        a = np.asarray(keras.ops.convert_to_numpy(a), np.float64)
+        b = np.asarray(keras.ops.convert_to_numpy(b), np.float64)
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            continue  # (NaN / inf: the finiteness checks say what is wrong)
+        largest = max(largest, float(np.max(np.abs(a - b), initial=0.0)))
+        scale = max(scale, float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+    if largest > 1e-4 * scale + 1e-6:
+        raise StochasticModelError(
+            f"Model {name!r} is random at inference: two calls with training=False on the same sample differ "
+            f"(largest difference {largest:.3g} of output values up to {scale:.3g}). Received: a model whose "
+            "call() draws random numbers whatever `training` says (e.g. `Dropout(...)(x, training=True)` or "
+            "noise written inside `call`). Its explanations would be one random draw each, different on every "
+            "call. Let the random layers follow `training` (`self.dropout(x, training=training)`) to explain the "
+            "model as `predict()` uses it; to explain MC-dropout, make the randomness explicit and average the "
+            "maps yourself over fixed seeds."
+        )
 
 
 def check_finite(values: Any, what: str, advice: str = "") -> None:
@@ -547,6 +593,11 @@ class Engine:
                     f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
                     f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
                 ) from error
+            # a model that draws random numbers at inference gives each pass another draw: refuse it here, where
+            # the model is called eagerly anyway (a functional model's Keras layers follow training=False)
+            with contextlib.ExitStack() as stack:
+                again = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+            check_deterministic(self.model.name, explained, again)
             if not self.space.detected:
                 self._settle_softmax(candidates, rec.outputs, explained, inputs.model_arg([a[:1] for a in inputs.arrays]))
             elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it

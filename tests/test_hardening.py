@@ -291,16 +291,54 @@ ROW_METHODS = {  # methods whose passes are not the user's rows: noisy copies, p
     "deeplift_shap": lambda m: ks.DeepLiftShap(m, baseline=ZEROS),
     "deeplift_shap_sampled": lambda m: ks.DeepLiftShap(m, baseline=ZEROS, samples=3, seed=0, batch_size=2),
     "lrp": lambda m: ks.LRP(m),
+    "feature_ablation": lambda m: ks.FeatureAblation(m),
+    "kernel_shap": lambda m: ks.KernelSHAP(m, samples=16, seed=0),
 }
 
 
 @pytest.mark.parametrize("name", sorted(ROW_METHODS))
 def test_non_finite_errors_name_the_users_sample_not_the_row_of_an_inner_pass(name):
-    # before: "samples [2, 5, 8, 11]" (SmoothGrad's noisy copies) or [8, 9, 10, 11] (IG's path points) for 3 samples
+    # before: "samples [1, 4, 7, 10]" (SmoothGrad's noisy copies) or [4, 5, 6, 7] (IG's path points) for 3 samples
     x = np.full((3, 4), 0.5, "float32")
-    x[2] = 1e30
-    with pytest.raises(NonFiniteError, match=r"NaN or infinite values in .*: \d+ value\(s\), samples \[2\]\. "):
+    x[1] = 1e30  # the middle sample: neither the first rows nor the last (where a reference row sits)
+    with pytest.raises(NonFiniteError, match=r"NaN or infinite values in .*: \d+ value\(s\), samples \[1\]\. "):
         ROW_METHODS[name](overflowing_model()).explain(x, 0)
+
+
+class Reciprocal(keras.layers.Layer):
+    """1 / t: infinite where the Dense before it outputs 0 (at a zero baseline, with no bias)."""
+
+    def call(self, t):
+        return 1.0 / t
+
+
+def reciprocal_model() -> keras.Model:
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(4, use_bias=False, name="d1")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(3, name="d2")(Reciprocal()(hidden)))
+
+
+@pytest.mark.parametrize("kind", ["inputs", "layer", "trapezoid", "tolerance", "smoothgrad_of_layer_ig"])
+def test_a_non_finite_score_at_integrated_gradients_baseline_is_named_not_returned(kind):
+    # before: at the inputs f(baseline) was never checked (NaN completeness errors; with tolerance= every sample
+    # ran to max_steps), at a layer it was named "samples [0, 1, 2]"
+    x = np.random.default_rng(0).uniform(0.5, 1.0, (3, 4)).astype("float32")
+    make = {
+        "inputs": lambda m: ks.IntegratedGradients(m, steps=4),
+        "layer": lambda m: ks.IntegratedGradients(m, steps=4, layer="d1"),
+        "trapezoid": lambda m: ks.IntegratedGradients(m, steps=4, method="riemann_trapezoid"),
+        "tolerance": lambda m: ks.IntegratedGradients(m, tolerance=0.1, max_steps=64),
+        "smoothgrad_of_layer_ig": lambda m: ks.SmoothGrad(m, base="integrated_gradients", layer="d1", samples=2, seed=0),
+    }[kind]
+    with pytest.raises(NonFiniteError, match=r"\d+ value\(s\), the reference \(baseline\) rows\."):
+        make(reciprocal_model()).explain(x, 0)
+
+
+def test_non_finite_coalition_attributions_are_not_reported_as_bad_inputs():
+    # before: "Input 0 contains 12 NaN or infinite values ... Clean or impute the inputs" for finite inputs
+    x = np.full((3, 4), 0.5, "float32")
+    with pytest.raises(NonFiniteError, match=r"NaN or infinite values in the attributions \(feature_ablation\)"):
+        ks.FeatureAblation(overflowing_model(), baseline=1e30).explain(x, 0)
 
 
 def test_a_non_finite_reference_row_is_named_as_the_baseline():
@@ -321,7 +359,12 @@ def test_rows_of_blocks_compose_and_never_guess():
             assert describe_rows(np.array([0, 2]), 3) == "samples [2] and the reference (baseline) rows"
             assert sample_of(1, 3) == 2 and sample_of(2, 3) is None
             assert describe_rows(np.array([1]), 7) == "rows [1] of an inner pass of 7 rows"  # not this pass's rows
+            assert sample_of(1, 7) is None
         assert describe_rows(np.array([5]), 12) == "samples [2]"  # the inner block ended
+        with rows_of([0, 40]):  # not rows of the outer pass: named as rows, never guessed
+            assert describe_rows(np.array([1]), 2) == "rows [1] of an inner pass of 2 rows"
+    with rows_of([]), rows_of([0]):  # an empty outer block
+        assert describe_rows(np.array([0]), 1) == "rows [0] of an inner pass of 1 rows"
     assert sample_of(3, 5) == 3
 
 

@@ -26,6 +26,7 @@ import numpy as np
 REFERENCE = -1  #: the owner of a row that belongs to no sample: a reference / baseline row
 
 _OWNERS: contextvars.ContextVar[np.ndarray | None] = contextvars.ContextVar("kerascope_row_owners", default=None)
+_UNKNOWN = np.zeros(0, np.int64)  # a block whose rows cannot be mapped: every check names rows of an inner pass
 
 
 @contextlib.contextmanager
@@ -44,9 +45,11 @@ def rows_of(owners: Sequence[int] | np.ndarray) -> Iterator[None]:
     owners = np.asarray(owners, np.int64).reshape(-1)
     outer = _OWNERS.get()
     if outer is not None:
-        known = (owners >= 0) & (owners < len(outer))
-        owners = np.where(known, outer[np.where(known, owners, 0)], REFERENCE)
-    token = _OWNERS.set(owners)
+        if len(owners) and int(owners.max()) >= len(outer):  # not rows of the outer pass: name rows, never guess
+            owners = None
+        else:
+            owners = np.where(owners >= 0, outer[np.maximum(owners, 0)] if len(outer) else REFERENCE, REFERENCE)
+    token = _OWNERS.set(owners if owners is not None else _UNKNOWN)
     try:
         yield
     finally:
@@ -54,7 +57,10 @@ def rows_of(owners: Sequence[int] | np.ndarray) -> Iterator[None]:
 
 
 def sample_of(row: int, length: int) -> int | None:
-    """The user's sample that row ``row`` of a ``length``-row checked array belongs to (``None``: a reference row).
+    """The user's sample that row ``row`` of a ``length``-row checked array belongs to.
+
+    ``None`` for a reference row, and where the block's rows are not this array's (as
+    :func:`describe_rows`, it does not guess).
 
     Example:
         >>> with rows_of([REFERENCE, 4]):
@@ -64,8 +70,10 @@ def sample_of(row: int, length: int) -> int | None:
         3
     """
     owners = _OWNERS.get()
-    if owners is None or len(owners) != length:  # (a pass no block describes: the rows are the samples)
+    if owners is None:  # a pass no block describes: the rows are the samples
         return int(row)
+    if len(owners) != length:  # not this block's rows
+        return None
     owner = int(owners[row])
     return None if owner < 0 else owner
 

@@ -300,6 +300,13 @@ class Method:
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         raise NotImplementedError
 
+    def _check_finite_result(self, attributions: list[Any], scores: Any) -> None:
+        """Raise :class:`~kerascope.core.engine.NonFiniteError` for NaN / infinite scores or attributions (never a silent NaN map)."""
+        check_finite(scores, "the model's scores", "Check the inputs' preprocessing and the model's weights.")
+        for i, values in enumerate(attributions):
+            what = "the attributions" + (f" of input {i}" if len(attributions) > 1 else "")
+            check_finite(values, f"{what} ({self.name})", "The model's gradients or scores overflow for these inputs.")
+
     def _result(
         self,
         inputs: Inputs,
@@ -309,10 +316,7 @@ class Method:
         layer: str | None = None,
         **extras: Any,
     ) -> Explanation:
-        check_finite(scores, "the model's scores", "Check the inputs' preprocessing and the model's weights.")
-        for i, values in enumerate(attributions):  # never a silent NaN map
-            what = "the attributions" + (f" of input {i}" if len(attributions) > 1 else "")
-            check_finite(values, f"{what} ({self.name})", "The model's gradients or scores overflow for these inputs.")
+        self._check_finite_result(attributions, scores)
         single = inputs.kind == "single" or len(attributions) == 1
         return Explanation(
             attributions=attributions[0] if single else inputs.rebuild(attributions),

@@ -114,6 +114,8 @@ class FeatureMaskMethod(Method):
             "input_index": plan.index,
             **extras,
         }
+        # before the maps become an Inputs (which refuses NaN as bad inputs, a wrong message for NaN scores)
+        self._check_finite_result(maps, scores)
         if len(maps) == 1:
             return self._result(Inputs(maps[0]), maps, scores, resolved, **extras)
         return self._result(Inputs(list(maps)), maps, scores, resolved, **extras)

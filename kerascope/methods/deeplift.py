@@ -112,10 +112,11 @@ def _check_summation(
     if np.any(error > tolerance):
         worst = int(np.argmax(error - tolerance))
         sample = sample_of(worst, len(error))  # (the user's sample: pairs run a subset of the rows)
+        where = f"sample {sample}" if sample is not None else f"row {worst} of an inner pass"
         if precision in _ROUNDOFF:  # the rounding may be the cause: say so first (the check cannot tell)
             raise UnsupportedModelError(
                 "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
-                f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {sample}), by more than "
+                f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for {where}), by more than "
                 f"{precision} rounding is allowed. Received: passes computed in {precision} (precision= or "
                 "the model's dtype policy), which rounds every layer's output to "
                 f"{int(round(-np.log2(_ROUNDOFF[precision])))} bits; a small f(x) - f(baseline) may not "
@@ -124,7 +125,7 @@ def _check_summation(
             )
         raise UnsupportedModelError(
             "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
-            f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for sample {sample}): the model applies a "
+            f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for {where}): the model applies a "
             "non-linearity that kerascope cannot see, such as an op written inside a subclassed model's "
             "or layer's `call` (e.g. `tf.nn.relu`, `keras.ops.max`). Received: a model whose "
             "non-linearities are not all layers or Functional ops. Make them layers (`keras.layers.ReLU()`, "

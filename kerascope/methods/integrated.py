@@ -16,9 +16,10 @@ import keras
 import numpy as np
 
 from kerascope.core import targets as targets_lib
+from kerascope.core.engine import check_finite
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.rows import rows_of
+from kerascope.core.rows import REFERENCE, rows_of
 from kerascope.methods import _layer
 from kerascope.methods._convergence import (
     NESTED_RULES,
@@ -210,9 +211,10 @@ class PathMethod(LayerMethod):
                 alpha = alphas.reshape((-1,) + (1,) * (array.ndim - 1)).astype(np.float32)
                 points.append(base + alpha * delta)
                 deltas.append(delta)
+            whose = np.where(np.asarray(alphas).reshape(-1) == 0.0, REFERENCE, owners)  # alpha = 0: the baseline
             if values is None:  # the attributed inputs move along the path, the others keep their values
                 wrt = self.attributed_inputs(inputs)
-                with rows_of(owners):
+                with rows_of(whose):
                     result = self.engine.gradients(
                         Inputs(inputs.model_arg(_substitute(inputs, owners, wrt, points))),
                         row_targets(targets, resolved, owners),
@@ -221,7 +223,7 @@ class PathMethod(LayerMethod):
                     )
                 grads = result.input_grads
             else:
-                with rows_of(owners):
+                with rows_of(whose):
                     result = self.engine.gradients(
                         _layer.rows(inputs, owners), row_targets(targets, resolved, owners),
                         layers=[self._layer], wrt_inputs=False, replace=points, batch_size=self.batch_size,
@@ -369,13 +371,22 @@ class IntegratedGradients(PathMethod):
         resolved: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """f at the inputs (``at_baseline=None``) or at the baselines, and the resolved targets."""
-        if at_baseline is not None:
-            targets = targets if callable(targets) else resolved
-        if values is None:
-            arg = inputs if at_baseline is None else Inputs(inputs.model_arg(
-                _substitute(inputs, np.arange(inputs.num_samples), self.attributed_inputs(inputs), at_baseline)))
-            return forward_scores(self.engine, arg, targets, self.batch_size)
-        return self._layer_scores(inputs, targets, values if at_baseline is None else at_baseline[0])
+        if at_baseline is None:
+            if values is None:
+                return forward_scores(self.engine, inputs, targets, self.batch_size)
+            return self._layer_scores(inputs, targets, values)
+        targets = targets if callable(targets) else resolved
+        with rows_of(np.full(inputs.num_samples, REFERENCE)):  # these rows are the baselines
+            if values is None:
+                arg = Inputs(inputs.model_arg(
+                    _substitute(inputs, np.arange(inputs.num_samples), self.attributed_inputs(inputs), at_baseline)))
+                found = forward_scores(self.engine, arg, targets, self.batch_size)
+            else:
+                found = self._layer_scores(inputs, targets, at_baseline[0])
+            # a forward pass checks nothing: a NaN f(baseline) would leave NaN completeness errors (and with
+            # tolerance= run every sample to max_steps) without a word
+            check_finite(found[0], "the model's scores at the baselines", "Check the baseline and the model's weights.")
+        return found
 
     def _run(self, inputs: Inputs, targets: Any, values: np.ndarray | None) -> Explanation:
         """IG at the inputs (``values=None``) or at the layer, ending at its activation ``values``."""

@@ -409,6 +409,18 @@ def test_a_model_random_at_inference_is_refused_not_explained_as_one_draw(name, 
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights, strict=True))
 
 
+def test_the_determinism_check_allows_the_rounding_of_a_reduced_compute_dtype():
+    from kerascope.core.engine import check_deterministic
+    from kerascope.core.precision import UNIT_ROUNDOFF
+
+    first, second = np.array([1.0, -2.0, 0.5]), np.array([1.0, -2.002, 0.5])  # 1e-3 of the scale: rounding, not noise
+    with pytest.raises(StochasticModelError):
+        check_deterministic("m", first, second)  # float32 compute: 1e-4
+    check_deterministic("m", first, second, 32 * UNIT_ROUNDOFF["bfloat16"])
+    with pytest.raises(StochasticModelError, match="largest difference 1 of output values up to 2"):
+        check_deterministic("m", first, np.array([1.0, -1.0, 0.5]), 32 * UNIT_ROUNDOFF["bfloat16"])
+
+
 def test_a_functional_model_with_dropout_at_training_true_is_explained_at_inference():
     # Keras layers of a functional model follow the call's training=False (as predict() does): deterministic
     inputs = keras.Input((4,))

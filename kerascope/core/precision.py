@@ -33,6 +33,8 @@ from kerascope.core.layers import iter_layers
 __all__ = ["PRECISIONS", "check_precision", "reduced_precision", "to_float32"]
 
 PRECISIONS = (None, "float32", "bfloat16", "float16")
+#: The unit roundoff of each reduced compute dtype (half the distance from 1 to the next number).
+UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
 """Accepted values of ``precision=``: ``None`` / ``"float32"`` (full precision) or a reduced type."""
 
 

@@ -18,7 +18,7 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.deeplift_rules import DeepLiftBackward, classify
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.precision import model_reduced_dtype
+from kerascope.core.precision import UNIT_ROUNDOFF, model_reduced_dtype
 from kerascope.core.probe import softmax_candidates
 from kerascope.core.rows import REFERENCE, rows_of, sample_of
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
@@ -91,10 +91,6 @@ def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
         )
 
 
-#: Unit roundoff of the reduced compute types (``precision=``): their rounding widens the summation check.
-_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
-
-
 def _check_summation(
     attr_sums: np.ndarray, scores: np.ndarray, base_scores: np.ndarray, precision: str | None = None
 ) -> None:
@@ -107,19 +103,19 @@ def _check_summation(
     delta = scores.astype(np.float64) - base_scores
     error = np.abs(attr_sums - delta)
     tolerance = 1e-2 * np.abs(delta) + 1e-4 * (np.abs(scores) + np.abs(base_scores)) + 1e-5
-    if precision in _ROUNDOFF:
-        tolerance = tolerance + 5e-2 * np.abs(delta) + 8 * _ROUNDOFF[precision] * (np.abs(scores) + np.abs(base_scores))
+    if precision in UNIT_ROUNDOFF:
+        tolerance = tolerance + 5e-2 * np.abs(delta) + 8 * UNIT_ROUNDOFF[precision] * (np.abs(scores) + np.abs(base_scores))
     if np.any(error > tolerance):
         worst = int(np.argmax(error - tolerance))
         sample = sample_of(worst, len(error))  # (the user's sample: pairs run a subset of the rows)
         where = f"sample {sample}" if sample is not None else f"row {worst} of an inner pass"
-        if precision in _ROUNDOFF:  # the rounding may be the cause: say so first (the check cannot tell)
+        if precision in UNIT_ROUNDOFF:  # the rounding may be the cause: say so first (the check cannot tell)
             raise UnsupportedModelError(
                 "DeepLIFT's attributions do not sum to f(x) - f(baseline) "
                 f"(sum {attr_sums[worst]:.6g} vs {delta[worst]:.6g} for {where}), by more than "
                 f"{precision} rounding is allowed. Received: passes computed in {precision} (precision= or "
                 "the model's dtype policy), which rounds every layer's output to "
-                f"{int(round(-np.log2(_ROUNDOFF[precision])))} bits; a small f(x) - f(baseline) may not "
+                f"{int(round(-np.log2(UNIT_ROUNDOFF[precision])))} bits; a small f(x) - f(baseline) may not "
                 "survive that. Explain in float32 (precision=None, or a float32 copy of the model) to get "
                 "exact sums; if they still do not hold, the model applies a non-linearity kerascope cannot see."
             )

@@ -409,6 +409,36 @@ def test_a_model_random_at_inference_is_refused_not_explained_as_one_draw(name, 
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights, strict=True))
 
 
+@pytest.mark.parametrize("kind", ["functional", "subclassed"])
+@pytest.mark.parametrize("name", ["saliency", "integrated_gradients", "occlusion"])
+def test_a_stateful_recurrent_model_is_refused_and_its_state_left_alone(name, kind):
+    # before: TensorFlow's "enters the loop with shape (1, 8), but has shape (None, 8)" from inside the trace
+    from kerascope.core.engine import StatefulModelError
+
+    inputs = keras.Input((5, 4), batch_size=1)
+    rnn = keras.layers.LSTM(8, stateful=True, name="rnn")
+    functional = keras.Model(inputs, keras.layers.Dense(3)(rnn(inputs)), name="stateful")
+
+    class Stateful(keras.Model):
+        def __init__(self):
+            super().__init__(name="stateful")
+            self.inner = functional
+
+        def call(self, x):
+            return self.inner(x)
+
+    model = functional if kind == "functional" else Stateful()
+    x = np.random.default_rng(0).normal(size=(1, 5, 4)).astype("float32")
+    model(x)  # some state to keep
+    state = [np.array(v) for v in rnn.states]
+    with pytest.raises(StatefulModelError, match=r"Model 'stateful' carries state between calls\. Received: "
+                       r"stateful=True layers \['[\w/]*rnn'\]\..*stateful=False"):
+        registry.build(name, model, {"window": 2} if name == "occlusion" else {}).explain(x, 0)
+    assert all(np.array_equal(np.array(v), s) for v, s in zip(rnn.states, state, strict=True))
+    with pytest.raises(StatefulModelError):  # the engine's primitives too
+        ks.input_gradients(model, x, targets=0)
+
+
 def test_the_determinism_check_allows_the_rounding_of_a_reduced_compute_dtype():
     from kerascope.core.engine import check_deterministic
     from kerascope.core.precision import UNIT_ROUNDOFF

@@ -69,7 +69,7 @@ from kerascope.numeric.chunking import check_batch_size
 
 __all__ = [
     "OUTPUT_SPACES", "RULES", "SATURATED_HIGH", "SATURATED_LOW", "ChunkScorer", "Engine", "GradientResult",
-    "NonFiniteError", "StochasticModelError", "Transform", "check_finite", "engine_for",
+    "NonFiniteError", "StatefulModelError", "StochasticModelError", "Transform", "check_finite", "engine_for",
 ]
 
 RULES = (None, "guided", "deconvnet", "deeplift")
@@ -103,6 +103,41 @@ class StochasticModelError(ValueError):
     """
 
 
+class StatefulModelError(ValueError):
+    """The model carries state from one call to the next (``stateful=True`` recurrent layers).
+
+    Example:
+        >>> issubclass(StatefulModelError, ValueError)
+        True
+    """
+
+
+def check_stateless(model: keras.Layer) -> None:
+    """Refuse a model with ``stateful=True`` layers: each call would read and advance their state.
+
+    Its outputs depend on what was called before (not only on the inputs), every pass of a
+    method would start from another state, and the explanation would advance the user's state.
+
+    Example:
+        >>> import keras
+        >>> check_stateless(keras.Sequential([keras.Input((5, 2), batch_size=1), keras.layers.LSTM(3)]))
+        >>> check_stateless(keras.Sequential([keras.Input((5, 2), batch_size=1),
+        ...                                   keras.layers.LSTM(3, stateful=True, name="rnn")], name="m"))
+        Traceback (most recent call last):
+        ...
+        kerascope.core.engine.StatefulModelError: Model 'm' carries state between calls. Received: stateful=True layers ['rnn']. Its outputs depend on the calls before, every pass of a method would start from another state, and explaining would advance that state. Explain a copy built with stateful=False (same weights: `copy.set_weights(model.get_weights())`), which starts each sequence from zero state, or pass the state as an input.
+    """
+    stateful = [path for path, layer in iter_layers(model) if getattr(layer, "stateful", False) is True]
+    if stateful:
+        raise StatefulModelError(
+            f"Model {model.name!r} carries state between calls. Received: stateful=True layers {stateful[:10]}"
+            f"{' ...' if len(stateful) > 10 else ''}. Its outputs depend on the calls before, every pass of a "
+            "method would start from another state, and explaining would advance that state. Explain a copy "
+            "built with stateful=False (same weights: `copy.set_weights(model.get_weights())`), which starts "
+            "each sequence from zero state, or pass the state as an input."
+        )
+
+
 def check_deterministic(name: str, first: Any, second: Any, relative: float = 1e-4) -> None:
     """Raise :class:`StochasticModelError` when two inference calls on the same sample differ.
 
@@ -116,7 +151,7 @@ def check_deterministic(name: str, first: Any, second: Any, relative: float = 1e
         >>> check_deterministic("m", [np.ones(3)], [np.array([1.0, 2.0, 1.0])])
         Traceback (most recent call last):
         ...
-        kerascope.core.engine.StochasticModelError: Model 'm' is random at inference: two calls with training=False on the same sample differ (largest difference 1 of output values up to 2). Received: a model whose call() draws random numbers whatever `training` says (e.g. `Dropout(...)(x, training=True)` or noise written inside `call`). Its explanations would be one random draw each, different on every call. Let the random layers follow `training` (`self.dropout(x, training=training)`) to explain the model as `predict()` uses it; to explain MC-dropout, make the randomness explicit and average the maps yourself over fixed seeds.
+        kerascope.core.engine.StochasticModelError: Model 'm' is random at inference: two calls with training=False on the same sample differ (largest difference 1 of output values up to 2). Received: a model whose call() draws random numbers whatever `training` says (e.g. `Dropout(...)(x, training=True)` or noise written inside `call`), or that keeps state from one call to the next. Its explanations would be one random draw each, different on every call. Let the random layers follow `training` (`self.dropout(x, training=training)`) to explain the model as `predict()` uses it; to explain MC-dropout, make the randomness explicit and average the maps yourself over fixed seeds.
     """
     pairs = list(zip(keras.tree.flatten(first), keras.tree.flatten(second), strict=True))
     largest, scale = 0.0, 0.0
@@ -132,10 +167,10 @@ def check_deterministic(name: str, first: Any, second: Any, relative: float = 1e
             f"Model {name!r} is random at inference: two calls with training=False on the same sample differ "
             f"(largest difference {largest:.3g} of output values up to {scale:.3g}). Received: a model whose "
             "call() draws random numbers whatever `training` says (e.g. `Dropout(...)(x, training=True)` or "
-            "noise written inside `call`). Its explanations would be one random draw each, different on every "
-            "call. Let the random layers follow `training` (`self.dropout(x, training=training)`) to explain the "
-            "model as `predict()` uses it; to explain MC-dropout, make the randomness explicit and average the "
-            "maps yourself over fixed seeds."
+            "noise written inside `call`), or that keeps state from one call to the next. Its explanations "
+            "would be one random draw each, different on every call. Let the random layers follow `training` "
+            "(`self.dropout(x, training=training)`) to explain the model as `predict()` uses it; to explain "
+            "MC-dropout, make the randomness explicit and average the maps yourself over fixed seeds."
         )
 
 
@@ -579,6 +614,7 @@ class Engine:
         read by :meth:`_calls`), so a first call makes one eager pass, not two. With ``read``,
         a model whose graph states all of this is not called (:meth:`_read_graph`).
         """
+        self.memo("stateless", lambda: check_stateless(self.model))  # before any call could advance a state
         key = ("model_accepts", inputs.signature)
         counted = ("call_counts", tuple(id(layer) for layer in layers), inputs.signature)
         if not layers or ("memo", key) in self._compiled or ("memo", ("call_positions", *counted[1:])) in self._compiled:

@@ -439,6 +439,33 @@ def test_a_stateful_recurrent_model_is_refused_and_its_state_left_alone(name, ki
         ks.input_gradients(model, x, targets=0)
 
 
+class TrainingBatchNorm(keras.Model):
+    """BatchNormalization called with training=True inside ``call``: every call updates its moving statistics."""
+
+    def __init__(self) -> None:
+        super().__init__(name="training_bn")
+        self.d, self.bn, self.o = keras.layers.Dense(8), keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(3)
+
+    def call(self, x, training=None):
+        return self.o(self.bn(self.d(x), training=True))
+
+
+@pytest.mark.parametrize("name", ["saliency", "integrated_gradients", "occlusion", "gradient_x_input"])
+def test_a_model_that_updates_its_variables_at_inference_is_refused_and_restored(name):
+    # before: every explanation moved the moving statistics (the user's model changed) and each sample's map
+    # depended on the other samples of its batch (batch statistics)
+    from kerascope.core.engine import StatefulModelError
+
+    model = TrainingBatchNorm()
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
+    model(x)
+    weights = [w.copy() for w in model.get_weights()]
+    with pytest.raises(StatefulModelError, match=r"Model 'training_bn' changes its variables when called at "
+                       r"inference .* assigned \['[\w/]*bn/moving_mean', '[\w/]*bn/moving_variance'\].*restored"):
+        registry.build(name, model, {"window": 2} if name == "occlusion" else {}).explain(x, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights, strict=True))
+
+
 def test_the_determinism_check_allows_the_rounding_of_a_reduced_compute_dtype():
     from kerascope.core.engine import check_deterministic
     from kerascope.core.precision import UNIT_ROUNDOFF

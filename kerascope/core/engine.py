@@ -138,6 +138,41 @@ def check_stateless(model: keras.Layer) -> None:
         )
 
 
+@contextlib.contextmanager
+def kept_variables(model: keras.Layer) -> Iterator[list[str]]:
+    """Restore ``model``'s non-trainable variables on exit; yields the paths of those the block changed.
+
+    Layers update non-trainable variables when called in training mode (BatchNormalization's
+    moving statistics, a counter); an inference call must not, and kerascope never leaves the
+    model changed. Trainable weights are not copied (no inference call assigns them). A seed
+    generator's state, which every random draw advances, is restored but not listed (randomness is
+    :func:`check_deterministic`'s to report).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> bn = keras.layers.BatchNormalization()
+        >>> m = keras.Sequential([keras.Input((2,)), bn])
+        >>> with kept_variables(m) as changed:
+        ...     _ = bn(np.ones((4, 2)), training=True)
+        >>> [p.split("/")[-1] for p in changed], float(np.abs(keras.ops.convert_to_numpy(bn.moving_mean)).max())
+        (['moving_mean', 'moving_variance'], 0.0)
+    """
+    seeds = {id(g.state) for _, layer in iter_layers(model) for g in getattr(layer, "_seed_generators", ())}
+    saved = [(v, np.array(keras.ops.convert_to_numpy(v))) for v in model.non_trainable_variables]
+    changed: list[str] = []
+    try:
+        yield changed
+    finally:
+        for variable, value in saved:
+            now = keras.ops.convert_to_numpy(variable)
+            if np.array_equal(now, value, equal_nan=np.issubdtype(value.dtype, np.inexact)):
+                continue
+            variable.assign(value)
+            path = getattr(variable, "path", variable.name)
+            if id(variable) not in seeds and not path.endswith("seed_generator_state"):
+                changed.append(path)  # (a random draw advances a seed state: restored, and not a change of the model)
+
+
 def check_deterministic(name: str, first: Any, second: Any, relative: float = 1e-4) -> None:
     """Raise :class:`StochasticModelError` when two inference calls on the same sample differ.
 
@@ -625,24 +660,34 @@ class Engine:
                 return "read"  # not called yet: check_on_error calls it if a later call fails
             # the output space's softmax detection rides on this pass (one eager pass fewer on the first call)
             candidates = [] if self.space.detected else softmax_candidates(self.model)
-            try:
+            with kept_variables(self.model) as changed:  # restored even when the model refuses the inputs
+                try:
+                    with contextlib.ExitStack() as stack:
+                        rec = stack.enter_context(probe([*candidates, *layers]))
+                        explained = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
+                    raise
+                except Exception as error:
+                    reason = str(error).strip().splitlines()
+                    received = {k: (a.shape, a.dtype.name) for k, a in zip(inputs.keys or range(len(inputs.arrays)), inputs.arrays)}
+                    raise ValueError(
+                        f"Model {self.model.name!r} cannot be called on these inputs. Received: inputs as a "
+                        f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
+                        f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
+                    ) from error
+                # a model that draws random numbers at inference gives each pass another draw: refuse it here, where
+                # the model is called eagerly anyway (a functional model's Keras layers follow training=False)
                 with contextlib.ExitStack() as stack:
-                    rec = stack.enter_context(probe([*candidates, *layers]))
-                    explained = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-            except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
-                raise
-            except Exception as error:
-                reason = str(error).strip().splitlines()
-                received = {k: (a.shape, a.dtype.name) for k, a in zip(inputs.keys or range(len(inputs.arrays)), inputs.arrays)}
-                raise ValueError(
-                    f"Model {self.model.name!r} cannot be called on these inputs. Received: inputs as a "
-                    f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
-                    f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
-                ) from error
-            # a model that draws random numbers at inference gives each pass another draw: refuse it here, where
-            # the model is called eagerly anyway (a functional model's Keras layers follow training=False)
-            with contextlib.ExitStack() as stack:
-                again = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                    again = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+            if changed:
+                raise StatefulModelError(
+                    f"Model {self.model.name!r} changes its variables when called at inference (training=False). "
+                    f"Received: a call that assigned {changed[:5]}{' ...' if len(changed) > 5 else ''} (e.g. "
+                    "BatchNormalization called with training=True inside call(): its moving statistics). Explaining "
+                    "would change your model, and each sample's map would depend on the other samples of its batch. "
+                    "The variables were restored. Let such layers follow `training` "
+                    "(`self.bn(x, training=training)`) to explain the model as `predict()` uses it."
+                )
             reduced = model_reduced_dtype(self.model)  # float16 / bfloat16 compute: 32 units of that rounding
             check_deterministic(self.model.name, explained, again, 32 * UNIT_ROUNDOFF.get(reduced, 1e-4 / 32))
             if not self.space.detected:

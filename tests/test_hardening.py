@@ -466,6 +466,57 @@ def test_a_model_that_updates_its_variables_at_inference_is_refused_and_restored
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights, strict=True))
 
 
+class Sampling(keras.layers.Layer):
+    """keras.io's VAE sampling layer: ``z = mean + exp(log_var / 2) * eps``, random on every call."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator(1337)
+
+    def call(self, inputs):
+        mean, log_var = inputs
+        return mean + keras.ops.exp(0.5 * log_var) * keras.random.normal(keras.ops.shape(mean), seed=self.seed_generator)
+
+
+class Encoder(keras.Model):
+    def __init__(self):
+        super().__init__(name="encoder")
+        self.h, self.mean, self.log_var, self.sample = (keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2),
+                                                        keras.layers.Dense(2), Sampling())
+
+    def call(self, x):
+        h = self.h(x)
+        mean, log_var = self.mean(h), self.log_var(h)
+        return mean, log_var, self.sample([mean, log_var])
+
+
+def test_a_deterministic_output_next_to_a_random_one_is_explained():
+    # a VAE encoder's z is random by design; explaining z_mean (output_index=0) must not be refused
+    model = Encoder()
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
+    model(x)
+    got = ks.Saliency(model, output_index=0).explain(x, 0).attributions
+    w1, b1 = model.h.get_weights()
+    active = (x @ w1 + b1) > 0
+    want = (active * model.mean.get_weights()[0][:, 0]) @ w1.T  # relu net: W1 diag(active) w_mean
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(StochasticModelError):  # z itself is refused
+        ks.Saliency(model, output_index=2).explain(x, 0)
+
+
+def test_the_kept_variables_are_those_created_non_trainable_not_a_frozen_layers_weights():
+    from kerascope.core.engine import kept_variables
+
+    dense, bn = keras.layers.Dense(2, name="frozen"), keras.layers.BatchNormalization(name="bn")
+    model = keras.Sequential([keras.Input((3,)), dense, bn], name="frozen_backbone")
+    dense.trainable = False  # all of its weights are now listed as non-trainable
+    with kept_variables(model) as changed:
+        bn(np.ones((4, 2), "float32") * 3, training=True)
+        dense.kernel.assign(np.zeros((3, 2), "float32"))  # (no inference call does this: not kept)
+    assert [path.split("/")[-1] for path in changed] == ["moving_mean", "moving_variance"]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), np.zeros(2))
+
+
 def test_the_determinism_check_allows_the_rounding_of_a_reduced_compute_dtype():
     from kerascope.core.engine import check_deterministic
     from kerascope.core.precision import UNIT_ROUNDOFF

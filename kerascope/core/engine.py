@@ -138,13 +138,34 @@ def check_stateless(model: keras.Layer) -> None:
         )
 
 
+def _inference_state(layers: Sequence[keras.Layer]) -> list[Any]:
+    """The variables an inference call could assign: those the layers created non-trainable, and seed states.
+
+    Not ``model.non_trainable_variables``: a frozen layer (``trainable=False``) lists all its
+    weights there, and copying a frozen backbone's (~100 MB for ResNet50) on every first call
+    would cost more than the check (a layer without the private list: its own list, all of it).
+    """
+    seen: set[int] = set()
+    found: list[Any] = []
+    for layer in layers:
+        own = getattr(layer, "_non_trainable_variables", None)
+        if own is None:
+            own = layer.non_trainable_variables
+        for variable in [*own, *(g.state for g in getattr(layer, "_seed_generators", ()))]:
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                found.append(variable)
+    return found
+
+
 @contextlib.contextmanager
 def kept_variables(model: keras.Layer) -> Iterator[list[str]]:
     """Restore ``model``'s non-trainable variables on exit; yields the paths of those the block changed.
 
     Layers update non-trainable variables when called in training mode (BatchNormalization's
     moving statistics, a counter); an inference call must not, and kerascope never leaves the
-    model changed. Trainable weights are not copied (no inference call assigns them). A seed
+    model changed. Only the variables layers create as non-trainable are kept (no inference call
+    assigns a weight; a frozen layer's weights are not copied). A seed
     generator's state, which every random draw advances, is restored but not listed (randomness is
     :func:`check_deterministic`'s to report).
 
@@ -157,15 +178,16 @@ def kept_variables(model: keras.Layer) -> Iterator[list[str]]:
         >>> [p.split("/")[-1] for p in changed], float(np.abs(keras.ops.convert_to_numpy(bn.moving_mean)).max())
         (['moving_mean', 'moving_variance'], 0.0)
     """
-    seeds = {id(g.state) for _, layer in iter_layers(model) for g in getattr(layer, "_seed_generators", ())}
-    saved = [(v, np.array(keras.ops.convert_to_numpy(v))) for v in model.non_trainable_variables]
+    layers = [model, *(layer for _, layer in iter_layers(model))]
+    seeds = {id(g.state) for layer in layers for g in getattr(layer, "_seed_generators", ())}
+    saved = [(v, np.array(keras.ops.convert_to_numpy(v))) for v in _inference_state(layers)]
     changed: list[str] = []
     try:
         yield changed
     finally:
         for variable, value in saved:
-            now = keras.ops.convert_to_numpy(variable)
-            if np.array_equal(now, value, equal_nan=np.issubdtype(value.dtype, np.inexact)):
+            now = np.asarray(keras.ops.convert_to_numpy(variable))
+            if now.shape == value.shape and now.tobytes() == value.tobytes():  # bits: NaN == NaN, any dtype
                 continue
             variable.assign(value)
             path = getattr(variable, "path", variable.name)
@@ -660,36 +682,47 @@ class Engine:
                 return "read"  # not called yet: check_on_error calls it if a later call fails
             # the output space's softmax detection rides on this pass (one eager pass fewer on the first call)
             candidates = [] if self.space.detected else softmax_candidates(self.model)
-            with kept_variables(self.model) as changed:  # restored even when the model refuses the inputs
-                try:
+            sample = inputs.model_arg([a[:1] for a in inputs.arrays])
+            # Two calls, each keeping the variables (restored even when the model refuses the inputs). The
+            # second also refuses a model random at inference (each pass would see another draw; a functional
+            # model's Keras layers follow training=False) and sees the variables a first call only created.
+            changed: list[str] = []
+            try:
+                with kept_variables(self.model) as first_changes:  # (nested: the second call sees the first's draw)
                     with contextlib.ExitStack() as stack:
                         rec = stack.enter_context(probe([*candidates, *layers]))
-                        explained = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-                except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
-                    raise
-                except Exception as error:
-                    reason = str(error).strip().splitlines()
-                    received = {k: (a.shape, a.dtype.name) for k, a in zip(inputs.keys or range(len(inputs.arrays)), inputs.arrays)}
-                    raise ValueError(
-                        f"Model {self.model.name!r} cannot be called on these inputs. Received: inputs as a "
-                        f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
-                        f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
-                    ) from error
-                # a model that draws random numbers at inference gives each pass another draw: refuse it here, where
-                # the model is called eagerly anyway (a functional model's Keras layers follow training=False)
-                with contextlib.ExitStack() as stack:
-                    again = self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
+                        explained = self.call_model(sample, stack)
+                    with kept_variables(self.model) as changed, contextlib.ExitStack() as stack:
+                        again = self.call_model(sample, stack)
+            except SharedLayerError:  # the inputs are fine: `output_layer` needs a `call_index`
+                raise
+            except Exception as error:
+                reason = str(error).strip().splitlines()
+                received = {k: (a.shape, a.dtype.name) for k, a in zip(inputs.keys or range(len(inputs.arrays)), inputs.arrays)}
+                raise ValueError(
+                    f"Model {self.model.name!r} cannot be called on these inputs. Received: inputs as a "
+                    f"{inputs.kind} with (shape, dtype) {received}. Pass what the model's call() takes; "
+                    f"the model said: {type(error).__name__}: {' '.join(line.strip() for line in reason if line.strip())[:400]}"
+                ) from error
+            changed = list(dict.fromkeys([*first_changes, *changed]))
             if changed:
                 raise StatefulModelError(
                     f"Model {self.model.name!r} changes its variables when called at inference (training=False). "
                     f"Received: a call that assigned {changed[:5]}{' ...' if len(changed) > 5 else ''} (e.g. "
                     "BatchNormalization called with training=True inside call(): its moving statistics). Explaining "
-                    "would change your model, and each sample's map would depend on the other samples of its batch. "
+                    "would change your model (and with BatchNormalization in training mode, each sample's map would "
+                    "depend on the other samples of its batch). "
                     "The variables were restored. Let such layers follow `training` "
                     "(`self.bn(x, training=training)`) to explain the model as `predict()` uses it."
                 )
             reduced = model_reduced_dtype(self.model)  # float16 / bfloat16 compute: 32 units of that rounding
-            check_deterministic(self.model.name, explained, again, 32 * UNIT_ROUNDOFF.get(reduced, 1e-4 / 32))
+            compared = (explained, again)
+            if self.output_layer is None:  # the explained output only: another may be random by design (a VAE's z)
+                try:
+                    compared = (self.select(explained), self.select(again))
+                except ValueError:
+                    pass  # (no output chosen: all of them)
+            check_deterministic(self.model.name, *compared, 32 * UNIT_ROUNDOFF.get(reduced, 1e-4 / 32))
             if not self.space.detected:
                 self._settle_softmax(candidates, rec.outputs, explained, inputs.model_arg([a[:1] for a in inputs.arrays]))
             elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it

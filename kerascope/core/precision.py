@@ -30,12 +30,13 @@ import keras
 
 from kerascope.core.layers import iter_layers
 
-__all__ = ["PRECISIONS", "check_precision", "reduced_precision", "to_float32"]
+__all__ = ["PRECISIONS", "UNIT_ROUNDOFF", "check_precision", "model_reduced_dtype", "reduced_precision", "to_float32"]
 
 PRECISIONS = (None, "float32", "bfloat16", "float16")
-#: The unit roundoff of each reduced compute dtype (half the distance from 1 to the next number).
-UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
 """Accepted values of ``precision=``: ``None`` / ``"float32"`` (full precision) or a reduced type."""
+
+UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
+"""The unit roundoff of each reduced compute dtype (half the distance from 1 to the next number)."""
 
 
 def check_precision(precision: Any) -> str | None:

@@ -517,6 +517,66 @@ def test_the_kept_variables_are_those_created_non_trainable_not_a_frozen_layers_
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), np.zeros(2))
 
 
+class AlwaysTrainingBN(keras.layers.Layer):
+    """A custom layer whose inner BatchNormalization ignores ``training`` (the outer call's False included)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.bn = keras.layers.BatchNormalization(name="inner_bn")
+
+    def call(self, x, training=None):
+        return self.bn(x, training=True)
+
+
+class Counting(keras.layers.Layer):
+    """A custom layer that updates a metric on every call."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seen = keras.metrics.Mean(name="seen")
+
+    def call(self, x):
+        self.seen.update_state(x)
+        return x
+
+
+def _state(model: keras.Model) -> list[np.ndarray]:
+    metrics = [v for layer in model.layers for m in getattr(layer, "_metrics", ()) for v in m.variables]
+    return [np.array(keras.ops.convert_to_numpy(v)) for v in [*model.variables, *metrics]]
+
+
+@pytest.mark.parametrize("kind", ["batchnorm", "metric"])
+@pytest.mark.parametrize("wrapper", ["functional", "subclassed"])
+def test_a_custom_layer_that_writes_variables_at_inference_is_refused_and_nothing_changes(kind, wrapper):
+    # a functional model's graph is read, not called: on TensorFlow the traced pass is scanned for variable
+    # writes before it ever runs; a subclassed model's eager check pass sees them on every backend
+    from kerascope.core.engine import StatefulModelError
+
+    if wrapper == "functional" and keras.backend.backend() != "tensorflow":
+        pytest.skip("the traced-graph scan is TensorFlow's (docs/reliability.md: a limit on JAX / PyTorch)")
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dense(8, name="d")(inputs)
+    hidden = AlwaysTrainingBN(name="always")(hidden) if kind == "batchnorm" else Counting(name="count")(hidden)
+    functional = keras.Model(inputs, keras.layers.Dense(3, name="o")(hidden), name="writes")
+
+    class Wrapper(keras.Model):
+        def __init__(self):
+            super().__init__(name="writes")
+            self.inner = functional
+
+        def call(self, x):
+            return self.inner(x)
+
+    model = functional if wrapper == "functional" else Wrapper()
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype("float32")
+    model(x)
+    before = _state(functional)
+    for name in ("saliency", "occlusion"):
+        with pytest.raises(StatefulModelError, match=r"changes its variables when called at inference"):
+            registry.build(name, model, {"window": 2} if name == "occlusion" else {}).explain(x, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(_state(functional), before, strict=True))
+
+
 def test_the_determinism_check_allows_the_rounding_of_a_reduced_compute_dtype():
     from kerascope.core.engine import check_deterministic
     from kerascope.core.precision import UNIT_ROUNDOFF

@@ -181,7 +181,13 @@ def _loop_free_options(options: Any) -> Any:
     return loop_free
 
 
-def _has_loops(concrete: Any) -> bool:
+def _nodes(concrete: Any) -> list[Any]:
+    """Every node of a traced function's graph and of the functions it calls."""
+    graph_def = concrete.graph.as_graph_def()
+    return [node for group in [graph_def.node, *(f.node_def for f in graph_def.library.function)] for node in group]
+
+
+def _has_loops(concrete: Any, nodes: list[Any] | None = None) -> bool:
     """Whether a traced function runs a loop (a ``While`` op in its graph or any function it calls).
 
     Example:
@@ -189,9 +195,36 @@ def _has_loops(concrete: Any) -> bool:
         >>> _has_loops(f.get_concrete_function(tf.constant(3))), _has_loops(tf.function(tf.abs).get_concrete_function(1.0))
         (True, False)
     """
-    graph_def = concrete.graph.as_graph_def()
-    nodes = [graph_def.node] + [f.node_def for f in graph_def.library.function]
-    return any(node.op in _LOOP_OPS for group in nodes for node in group)
+    return any(node.op in _LOOP_OPS for node in (nodes if nodes is not None else _nodes(concrete)))
+
+
+def _writes_variables(concrete: Any, nodes: list[Any]) -> list[str]:
+    """The nodes of ``concrete`` that assign a variable (``AssignVariableOp``, resource scatters, ...).
+
+    kerascope's passes assign nothing, and neither do Keras layers at inference; a node like this
+    is the model changing its own state (a layer that updates statistics or a metric whatever
+    ``training`` says), which every pass would repeat on the user's model. A seed generator's state
+    (advanced by a random draw, e.g. a VAE's sampling layer next to the explained output) is not
+    counted: randomness is the determinism check's to report (``core/engine.py``).
+
+    Example:
+        >>> v = tf.Variable(0.0)
+        >>> f = tf.function(lambda x: v.assign_add(x)).get_concrete_function(1.0)
+        >>> _writes_variables(f, _nodes(f))
+        ['AssignAddVariableOp']
+        >>> g = tf.function(lambda x: x * v).get_concrete_function(1.0)
+        >>> _writes_variables(g, _nodes(g))
+        []
+    """
+    def writes(op: str) -> bool:
+        return (op.startswith("Assign") and op.endswith("VariableOp")) or op.startswith("ResourceScatter") or (
+            op == "ResourceStridedSliceAssign")
+
+    graph = concrete.graph
+    seeds = {id(v.handle) for v in getattr(graph, "variables", ()) if "seed_generator_state" in v.name}
+    skip = {internal.op.name for external, internal in graph.captures if id(external) in seeds}
+    return sorted({node.name for node in nodes
+                   if writes(node.op) and not (node.input and node.input[0].split(":")[0] in skip)})
 
 
 @contextlib.contextmanager
@@ -220,6 +253,20 @@ def _call_options(loops: bool = True) -> Iterator[None]:
         ctx.function_call_options = previous
 
 
+def _refuse_variable_writes(concrete: Any, nodes: list[Any]) -> None:
+    """Raise ``StatefulModelError`` when a traced pass assigns variables (see :func:`_writes_variables`)."""
+    written = _writes_variables(concrete, nodes)
+    if written:
+        from kerascope.core.engine import StatefulModelError  # (the engine imports this module)
+
+        raise StatefulModelError(
+            "The model changes its variables when called at inference (training=False): the compiled pass "
+            f"assigns variables. Received: ops {written[:5]}{' ...' if len(written) > 5 else ''} (e.g. a layer that "
+            "updates statistics or a metric inside call() whatever `training` says). Each pass would change your "
+            "model; nothing was run. Let such layers follow `training` to explain the model as `predict()` uses it."
+        )
+
+
 def _direct(compiled: Any) -> Callable[..., Any]:
     """Call ``compiled`` (a ``tf.function`` with a full ``input_signature``) through :func:`_call` once,
     then its one traced concrete function directly.
@@ -241,7 +288,9 @@ def _direct(compiled: Any) -> Callable[..., Any]:
         if not concrete:  # trace (kerascope's own errors come back as raised), then look for loops
             with _call_options():  # nested functions record the options current while they are traced
                 traced = _call(compiled.get_concrete_function, *args)
-            concrete.extend([traced, _has_loops(traced) if _cpu_call_options() is not None else True])
+            nodes = _nodes(traced)
+            _refuse_variable_writes(traced, nodes)  # before it ever runs: the model is not changed
+            concrete.extend([traced, _has_loops(traced, nodes) if _cpu_call_options() is not None else True])
         with _call_options(concrete[1]):
             return concrete[0](*args)
 

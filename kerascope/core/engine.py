@@ -139,7 +139,7 @@ def check_stateless(model: keras.Layer) -> None:
 
 
 def _inference_state(layers: Sequence[keras.Layer]) -> list[Any]:
-    """The variables an inference call could assign: those the layers created non-trainable, and seed states.
+    """The variables an inference call could assign: those the layers created non-trainable, their metrics' and seed states.
 
     Not ``model.non_trainable_variables``: a frozen layer (``trainable=False``) lists all its
     weights there, and copying a frozen backbone's (~100 MB for ResNet50) on every first call
@@ -151,7 +151,8 @@ def _inference_state(layers: Sequence[keras.Layer]) -> list[Any]:
         own = getattr(layer, "_non_trainable_variables", None)
         if own is None:
             own = layer.non_trainable_variables
-        for variable in [*own, *(g.state for g in getattr(layer, "_seed_generators", ()))]:
+        metrics = [v for metric in getattr(layer, "_metrics", ()) for v in getattr(metric, "variables", ())]
+        for variable in [*own, *metrics, *(g.state for g in getattr(layer, "_seed_generators", ()))]:
             if id(variable) not in seen:
                 seen.add(id(variable))
                 found.append(variable)

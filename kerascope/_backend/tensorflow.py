@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kerascope._backend.errors import StatefulModelError
 from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
 
 NAME = "tensorflow"
@@ -181,13 +182,19 @@ def _loop_free_options(options: Any) -> Any:
     return loop_free
 
 
+_LAST_NODES: list[Any] = [None, None]  # [the traced function, its nodes]: one graph walk for both scans
+
+
 def _nodes(concrete: Any) -> list[Any]:
-    """Every node of a traced function's graph and of the functions it calls."""
-    graph_def = concrete.graph.as_graph_def()
-    return [node for group in [graph_def.node, *(f.node_def for f in graph_def.library.function)] for node in group]
+    """Every node of a traced function's graph and of the functions it calls (the last one's kept)."""
+    if _LAST_NODES[0] is not concrete:
+        graph_def = concrete.graph.as_graph_def()
+        _LAST_NODES[:] = [concrete, [node for group in [graph_def.node, *(f.node_def for f in graph_def.library.function)]
+                                     for node in group]]
+    return _LAST_NODES[1]
 
 
-def _has_loops(concrete: Any, nodes: list[Any] | None = None) -> bool:
+def _has_loops(concrete: Any) -> bool:
     """Whether a traced function runs a loop (a ``While`` op in its graph or any function it calls).
 
     Example:
@@ -195,7 +202,7 @@ def _has_loops(concrete: Any, nodes: list[Any] | None = None) -> bool:
         >>> _has_loops(f.get_concrete_function(tf.constant(3))), _has_loops(tf.function(tf.abs).get_concrete_function(1.0))
         (True, False)
     """
-    return any(node.op in _LOOP_OPS for node in (nodes if nodes is not None else _nodes(concrete)))
+    return any(node.op in _LOOP_OPS for node in _nodes(concrete))
 
 
 def _writes_variables(concrete: Any, nodes: list[Any]) -> list[str]:
@@ -257,8 +264,6 @@ def _refuse_variable_writes(concrete: Any, nodes: list[Any]) -> None:
     """Raise ``StatefulModelError`` when a traced pass assigns variables (see :func:`_writes_variables`)."""
     written = _writes_variables(concrete, nodes)
     if written:
-        from kerascope.core.engine import StatefulModelError  # (the engine imports this module)
-
         raise StatefulModelError(
             "The model changes its variables when called at inference (training=False): the compiled pass "
             f"assigns variables. Received: ops {written[:5]}{' ...' if len(written) > 5 else ''} (e.g. a layer that "
@@ -288,9 +293,11 @@ def _direct(compiled: Any) -> Callable[..., Any]:
         if not concrete:  # trace (kerascope's own errors come back as raised), then look for loops
             with _call_options():  # nested functions record the options current while they are traced
                 traced = _call(compiled.get_concrete_function, *args)
-            nodes = _nodes(traced)
-            _refuse_variable_writes(traced, nodes)  # before it ever runs: the model is not changed
-            concrete.extend([traced, _has_loops(traced, nodes) if _cpu_call_options() is not None else True])
+            try:
+                _refuse_variable_writes(traced, _nodes(traced))  # before it ever runs: the model is not changed
+                concrete.extend([traced, _has_loops(traced) if _cpu_call_options() is not None else True])
+            finally:
+                _LAST_NODES[:] = [None, None]  # (no reference to the graph, nor to the model's variables, kept)
         with _call_options(concrete[1]):
             return concrete[0](*args)
 

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 
 from kerascope import _backend
+from kerascope._backend.errors import StatefulModelError
 from kerascope.core import targets as targets_lib
 from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
@@ -103,15 +104,6 @@ class StochasticModelError(ValueError):
     """
 
 
-class StatefulModelError(ValueError):
-    """The model carries state from one call to the next (``stateful=True`` recurrent layers).
-
-    Example:
-        >>> issubclass(StatefulModelError, ValueError)
-        True
-    """
-
-
 def check_stateless(model: keras.Layer) -> None:
     """Refuse a model with ``stateful=True`` layers: each call would read and advance their state.
 
@@ -125,7 +117,7 @@ def check_stateless(model: keras.Layer) -> None:
         ...                                   keras.layers.LSTM(3, stateful=True, name="rnn")], name="m"))
         Traceback (most recent call last):
         ...
-        kerascope.core.engine.StatefulModelError: Model 'm' carries state between calls. Received: stateful=True layers ['rnn']. Its outputs depend on the calls before, every pass of a method would start from another state, and explaining would advance that state. Explain a copy built with stateful=False (same weights: `copy.set_weights(model.get_weights())`), which starts each sequence from zero state, or pass the state as an input.
+        kerascope._backend.errors.StatefulModelError: Model 'm' carries state between calls. Received: stateful=True layers ['rnn']. Its outputs depend on the calls before, every pass of a method would start from another state, and explaining would advance that state. Explain a copy built with stateful=False (same weights: `copy.set_weights(model.get_weights())`), which starts each sequence from zero state, or pass the state as an input.
     """
     stateful = [path for path, layer in iter_layers(model) if getattr(layer, "stateful", False) is True]
     if stateful:

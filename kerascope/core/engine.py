@@ -679,7 +679,6 @@ class Engine:
             # Two calls, each keeping the variables (restored even when the model refuses the inputs). The
             # second also refuses a model random at inference (each pass would see another draw; a functional
             # model's Keras layers follow training=False) and sees the variables a first call only created.
-            changed: list[str] = []
             try:
                 with kept_variables(self.model) as first_changes:  # (nested: the second call sees the first's draw)
                     with contextlib.ExitStack() as stack:
@@ -717,7 +716,7 @@ class Engine:
                     pass  # (no output chosen: all of them)
             check_deterministic(self.model.name, *compared, 32 * UNIT_ROUNDOFF.get(reduced, 1e-4 / 32))
             if not self.space.detected:
-                self._settle_softmax(candidates, rec.outputs, explained, inputs.model_arg([a[:1] for a in inputs.arrays]))
+                self._settle_softmax(candidates, rec.outputs, explained, sample)
             elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it
                 self._settle_probabilities(explained)
             if layers:

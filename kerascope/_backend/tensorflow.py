@@ -182,27 +182,23 @@ def _loop_free_options(options: Any) -> Any:
     return loop_free
 
 
-_LAST_NODES: list[Any] = [None, None]  # [the traced function, its nodes]: one graph walk for both scans
-
-
 def _nodes(concrete: Any) -> list[Any]:
-    """Every node of a traced function's graph and of the functions it calls (the last one's kept)."""
-    if _LAST_NODES[0] is not concrete:
-        graph_def = concrete.graph.as_graph_def()
-        _LAST_NODES[:] = [concrete, [node for group in [graph_def.node, *(f.node_def for f in graph_def.library.function)]
-                                     for node in group]]
-    return _LAST_NODES[1]
+    """Every node of a traced function's graph and of the functions it calls."""
+    graph_def = concrete.graph.as_graph_def()
+    return [node for group in [graph_def.node, *(f.node_def for f in graph_def.library.function)] for node in group]
 
 
-def _has_loops(concrete: Any) -> bool:
+def _has_loops(concrete: Any, nodes: list[Any] | None = None) -> bool:
     """Whether a traced function runs a loop (a ``While`` op in its graph or any function it calls).
+
+    ``nodes``: :func:`_nodes` of ``concrete`` when the caller has them (one graph walk, not two).
 
     Example:
         >>> f = tf.function(lambda n: tf.while_loop(lambda i: i < n, lambda i: [i + 1], [0]))
         >>> _has_loops(f.get_concrete_function(tf.constant(3))), _has_loops(tf.function(tf.abs).get_concrete_function(1.0))
         (True, False)
     """
-    return any(node.op in _LOOP_OPS for node in _nodes(concrete))
+    return any(node.op in _LOOP_OPS for node in (_nodes(concrete) if nodes is None else nodes))
 
 
 def _writes_variables(concrete: Any, nodes: list[Any]) -> list[str]:
@@ -293,11 +289,9 @@ def _direct(compiled: Any) -> Callable[..., Any]:
         if not concrete:  # trace (kerascope's own errors come back as raised), then look for loops
             with _call_options():  # nested functions record the options current while they are traced
                 traced = _call(compiled.get_concrete_function, *args)
-            try:
-                _refuse_variable_writes(traced, _nodes(traced))  # before it ever runs: the model is not changed
-                concrete.extend([traced, _has_loops(traced) if _cpu_call_options() is not None else True])
-            finally:
-                _LAST_NODES[:] = [None, None]  # (no reference to the graph, nor to the model's variables, kept)
+            nodes = _nodes(traced)
+            _refuse_variable_writes(traced, nodes)  # before it ever runs: the model is not changed
+            concrete.extend([traced, _has_loops(traced, nodes=nodes) if _cpu_call_options() is not None else True])
         with _call_options(concrete[1]):
             return concrete[0](*args)
 

@@ -14,7 +14,7 @@ chunk shape (typically two: full chunks and the remainder) and reuses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
@@ -351,13 +351,18 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
 
 
 def custom_backward(
-    fn: Callable[..., Any], backward: Callable[[list[Any], Any, Any, Callable], list[Any]], name: str
+    fn: Callable[..., Any],
+    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
+    name: str,
+    fuse: tuple[Hashable, Callable[..., Any]] | None = None,
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward``.
 
     ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
     is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
-    and may be called several times.
+    and may be called several times. ``fuse`` (the TensorFlow backend's
+    one-kernel rules) is accepted and not needed: under ``jax.jit`` XLA
+    already fuses the rule's element-wise work.
 
     Example:
         >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")

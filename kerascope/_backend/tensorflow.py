@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from kerascope._backend import tf_fused
 from kerascope._backend.errors import StatefulModelError
 from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
 
@@ -549,7 +550,10 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
 
 
 def custom_backward(
-    fn: Callable[..., Any], backward: Callable[[list[Any], Any, Any, Callable], list[Any]], name: str
+    fn: Callable[..., Any],
+    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
+    name: str,
+    fuse: tuple[Hashable, Callable[..., Any]] | None = None,
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
 
@@ -557,6 +561,11 @@ def custom_backward(
     is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
     and may be called several times. Written once in ``keras.ops`` by the
     callers (e.g. the DeepLIFT rules), so every backend computes the same.
+    ``fuse``: ``(key, f)``, ``f`` the same function as ``fn`` but holding
+    nothing of the model, ``key`` determining ``f`` and ``backward``: the
+    backward pass then runs as one XLA-compiled kernel that recomputes ``f``,
+    shared by every call site with that key (:mod:`kerascope._backend.tf_fused`;
+    float32 only, else the ops as written).
 
     Example:
         >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")
@@ -575,6 +584,9 @@ def custom_backward(
             y = fn(*xs)
 
         def grad(dy: tf.Tensor) -> list[tf.Tensor]:
+            if fuse is not None and tf_fused.applies(list(xs), dy):
+                return tf_fused.kernel(fuse[0], fuse[1], backward)(list(xs), dy)
+
             def vjp(d: Any) -> list[Any]:
                 grads = tape.gradient(y, list(xs), output_gradients=d)
                 return [tf.zeros_like(x) if g is None else g for g, x in zip(grads, xs)]

@@ -12,7 +12,7 @@ scoped layer patches (see ``docs/backends.md``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import keras
@@ -270,13 +270,18 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
 
 
 def custom_backward(
-    fn: Callable[..., Any], backward: Callable[[list[Any], Any, Any, Callable], list[Any]], name: str
+    fn: Callable[..., Any],
+    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
+    name: str,
+    fuse: tuple[Hashable, Callable[..., Any]] | None = None,
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
 
     ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
     is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input;
-    recomputed from ``xs``) and may be called several times.
+    recomputed from ``xs``) and may be called several times. ``fuse`` (the
+    TensorFlow backend's one-kernel rules) is accepted and ignored: PyTorch
+    runs eagerly, op by op.
 
     Example:
         >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")

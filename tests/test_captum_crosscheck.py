@@ -316,7 +316,8 @@ def build_smooth_pair(seed: int = 2) -> tuple[keras.Model, torch.nn.Module]:
 
 @pytest.mark.parametrize("build", [build_maxpool_pair, build_smooth_pair], ids=["maxpool", "smooth"])
 @pytest.mark.parametrize("random_baseline", [False, True])
-def test_deeplift_nonlinear_models(build, data, random_baseline):
+@pytest.mark.parametrize("fuse", [None, True], ids=["default", "fused"])
+def test_deeplift_nonlinear_models(build, data, random_baseline, fuse):
     model, net = build()
     x, targets = data
     np.testing.assert_allclose(ks.Engine(model).forward(x), net(to_torch(x)).detach().numpy(), rtol=1e-5,
@@ -325,7 +326,7 @@ def test_deeplift_nonlinear_models(build, data, random_baseline):
                 else np.zeros_like(x))
     theirs, delta = captum_attr.DeepLift(net).attribute(
         to_torch(x), baselines=to_torch(baseline), target=torch.from_numpy(targets), return_convergence_delta=True)
-    ours = ks.DeepLIFT(model, baseline=baseline).explain(x, targets)
+    ours = ks.DeepLIFT(model, baseline=baseline, fuse_rules=fuse).explain(x, targets)
     # The rescale multiplier (f(z) - f(z')) / (z - z') of a smooth f loses float32 digits where z - z' is
     # small (after the global pooling), so Keras' and torch's sigmoid / softplus / ELU, equal to a few ulps,
     # give multipliers that differ at ~1e-4 relative: 1e-3 of the map's scale there, 1e-4 elsewhere.
@@ -336,13 +337,14 @@ def test_deeplift_nonlinear_models(build, data, random_baseline):
 
 
 @pytest.mark.parametrize("build", [build_maxpool_pair, build_smooth_pair], ids=["maxpool", "smooth"])
-def test_deeplift_shap(build, data):
+@pytest.mark.parametrize("fuse", [None, True], ids=["default", "fused"])
+def test_deeplift_shap(build, data, fuse):
     model, net = build()
     x, targets = data
     background = np.random.default_rng(7).uniform(0, 1, (3, *x.shape[1:])).astype(np.float32)
     theirs = captum_attr.DeepLiftShap(net).attribute(to_torch(x), baselines=to_torch(background),
                                                      target=torch.from_numpy(targets))
-    ours = ks.DeepLiftShap(model, baseline=background).explain(x, targets)
+    ours = ks.DeepLiftShap(model, baseline=background, fuse_rules=fuse).explain(x, targets)
     scale = float(np.max(np.abs(theirs.detach().numpy())))  # 1e-3 for the smooth model: see above
     tolerance = 1e-3 if build is build_smooth_pair else 1e-4
     np.testing.assert_allclose(ours.attributions, from_torch(theirs), rtol=0, atol=tolerance * scale)

@@ -47,7 +47,8 @@ def test_linear_model_is_weight_times_difference():
 @pytest.mark.parametrize("act, f", [("tanh", np.tanh), ("sigmoid", lambda z: 1 / (1 + np.exp(-z))),
                                     ("elu", lambda z: np.where(z > 0, z, np.exp(z) - 1)),
                                     ("softplus", lambda z: np.log1p(np.exp(z)))])
-def test_rescale_rule_closed_form(act, f):
+@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+def test_rescale_rule_closed_form(act, f, fuse):
     model = dense_model([6, 2], [act, None], 4)
     w1, b1, w2, _ = model.get_weights()
     x = RNG.normal(size=(5, 4)).astype(np.float32)
@@ -55,19 +56,43 @@ def test_rescale_rule_closed_form(act, f):
     z, z0 = x @ w1 + b1, ref @ w1 + b1
     m = (f(z) - f(z0)) / (z - z0)
     expected = (x - ref) * ((m * w2[:, 1]) @ w1.T)
-    e = ks.DeepLIFT(model, baseline=ref).explain(x, 1)
+    e = ks.DeepLIFT(model, baseline=ref, fuse_rules=fuse).explain(x, 1)
     np.testing.assert_allclose(e.attributions, expected, rtol=1e-3, atol=1e-5)
     assert summation_ok(e)
 
 
-def test_rescale_rule_falls_back_to_the_gradient_where_the_input_difference_is_zero():
+@pytest.mark.parametrize("layer, f", [
+    (lambda: keras.layers.ReLU(max_value=1.0), lambda z: np.clip(z, 0.0, 1.0)),
+    (lambda: keras.layers.LeakyReLU(negative_slope=0.2), lambda z: np.where(z > 0, z, 0.2 * z)),
+    (lambda: keras.layers.ELU(alpha=0.5), lambda z: np.where(z > 0, z, 0.5 * (np.exp(z) - 1))),
+], ids=["relu_max1", "leaky", "elu"])
+@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+def test_rescale_rule_closed_form_on_activation_layers(layer, f, fuse):
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(6, name="d0")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="d1")(layer()(hidden)))
+    rng = np.random.default_rng(3)
+    model.set_weights([rng.normal(0, 1, w.shape).astype(np.float32) for w in model.get_weights()])
+    w1, b1, w2, _ = model.get_weights()
+    x = RNG.normal(size=(5, 4)).astype(np.float32)
+    ref = RNG.normal(size=4).astype(np.float32)
+    z, z0 = x @ w1 + b1, ref @ w1 + b1
+    m = (f(z) - f(z0)) / (z - z0)
+    expected = (x - ref) * ((m * w2[:, 0]) @ w1.T)
+    e = ks.DeepLIFT(model, baseline=ref, fuse_rules=fuse).explain(x, 0)
+    np.testing.assert_allclose(e.attributions, expected, rtol=1e-4, atol=1e-5)
+    assert summation_ok(e)
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+def test_rescale_rule_falls_back_to_the_gradient_where_the_input_difference_is_zero(fuse):
     # unit 0 sees x0 + x1, which is the same for x = (1, -1) and the reference (0, 0): its multiplier is
     # tanh'(b), so the inputs get +-tanh'(b) * v although their contributions through it cancel.
     model = dense_model([1, 1], ["tanh", None], 2)
     b, v = 0.3, 2.0
     model.set_weights([np.ones((2, 1), np.float32), np.array([b], np.float32), np.array([[v]], np.float32),
                        np.zeros(1, np.float32)])
-    e = ks.DeepLIFT(model).explain(np.array([[1.0, -1.0]], np.float32), 0)
+    e = ks.DeepLIFT(model, fuse_rules=fuse).explain(np.array([[1.0, -1.0]], np.float32), 0)
     slope = 1 - np.tanh(b) ** 2
     np.testing.assert_allclose(e.attributions, [[v * slope, -v * slope]], rtol=1e-5)
 
@@ -132,14 +157,15 @@ def mixed_model(seed: int = 0) -> keras.Model:
     return model
 
 
-def test_summation_to_delta_on_every_supported_layer(unchanged):
+@pytest.mark.parametrize("fuse", [None, True], ids=["default", "fused"])
+def test_summation_to_delta_on_every_supported_layer(unchanged, fuse):
     model = mixed_model()
     check = unchanged(model)
     x = RNG.uniform(0, 1, (4, 8, 8, 3)).astype(np.float32)
-    e = ks.DeepLIFT(model, baseline=0.25, batch_size=4).explain(x)
+    e = ks.DeepLIFT(model, baseline=0.25, batch_size=4, fuse_rules=fuse).explain(x)
     assert summation_ok(e) and np.all(np.abs(e.scores - e.extras["baseline_scores"]) > 1e-3)
     # batching does not change anything
-    alone = ks.DeepLIFT(model, baseline=0.25).explain(x[2:3])
+    alone = ks.DeepLIFT(model, baseline=0.25, fuse_rules=fuse).explain(x[2:3])
     np.testing.assert_allclose(alone.attributions[0], e.attributions[2], rtol=1e-4, atol=1e-6)
     check()
     ops = [op for op in model.operations if not isinstance(op, keras.Layer)]
@@ -230,14 +256,15 @@ def test_deeplift_shap_averages_deeplift_over_the_background(monkeypatch):
     pytest.param("DenseNet121", marks=pytest.mark.slow),
     pytest.param("EfficientNetB0", marks=pytest.mark.slow),
 ])
-def test_summation_to_delta_on_keras_applications(name, unchanged):
+@pytest.mark.parametrize("fuse", [None, True], ids=["default", "fused"])
+def test_summation_to_delta_on_keras_applications(name, unchanged, fuse):
     if name == "ResNet50" and keras.backend.backend() != "tensorflow":
         pytest.skip("one architecture per CI run is enough; tests/test_backend_parity.py covers the backends")
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=5)
     check = unchanged(model)
     x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
-    e = ks.DeepLIFT(model, baseline=np.full((32, 32, 3), 127.0, np.float32)).explain(x)
+    e = ks.DeepLIFT(model, baseline=np.full((32, 32, 3), 127.0, np.float32), fuse_rules=fuse).explain(x)
     gap = np.abs(e.scores - e.extras["baseline_scores"])
     assert np.all(gap > 0)
     np.testing.assert_array_less(np.abs(e.extras["completeness_error"]), 1e-3 * gap)

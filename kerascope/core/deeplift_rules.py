@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import keras
@@ -313,8 +313,65 @@ def product(a: Any, b: Any, shared: bool | Shared = False) -> Any:
     return sg(a * b) + (linear - sg(linear))
 
 
-def _rescaled(fn: Callable[[Any], Any], backend: Any, shared: bool | Shared = False) -> Callable[[Any], Any]:
-    return backend.custom_backward(fn, functools.partial(rescale_backward, shared=shared), f"deeplift_{_name(fn)}")
+def _rescaled(
+    fn: Callable[[Any], Any], backend: Any, shared: bool | Shared = False,
+    fuse: tuple[Hashable, Callable[[Any], Any]] | None = None,
+) -> Callable[[Any], Any]:
+    rule = functools.partial(rescale_backward, shared=shared)
+    return backend.custom_backward(fn, rule, f"deeplift_{_name(fn)}", fuse=fuse)
+
+
+def _fuse_key(
+    obj: Any, kind: str, shared: bool | Shared, fuse: bool
+) -> tuple[Hashable, Callable[[Any], Any]] | None:
+    """The backend's ``fuse=`` for a rescale-rule site: ``(key, fn)`` (the rule's layout in the key), or ``None``."""
+    found = fusable(obj, kind) if fuse else None
+    if found is None:
+        return None
+    return ("deeplift_rescale", found[0], _layout(shared)), found[1]
+
+
+#: Element-wise layers whose rule may be fused: their settings are their whole definition.
+FUSABLE_LAYERS = ("ReLU", "LeakyReLU", "ELU")
+_UNSET = object()
+
+
+def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any]] | None:
+    """``(key, fn)`` for an element-wise site whose rule can run as one compiled kernel, else ``None``.
+
+    A Keras activation function (the function itself: ``keras.activations.relu``)
+    or a built-in ``ReLU`` / ``LeakyReLU`` / ``ELU`` layer (exactly that class),
+    keyed by what defines it, so that equal sites share one kernel. ``fn`` is
+    the activation function, or a fresh layer built from the layer's config:
+    it holds nothing of the user's model. Anything else (custom activations,
+    subclasses, raw ``keras.ops`` nodes) keeps the rule's separate ops.
+
+    Example:
+        >>> import keras
+        >>> key, fn = fusable(keras.layers.ReLU(max_value=6.0, name="a"), "elementwise")
+        >>> values = keras.ops.convert_to_numpy(fn(keras.ops.convert_to_tensor([-1.0, 9.0]))).tolist()
+        >>> key == fusable(keras.layers.ReLU(max_value=6.0, name="b"), "elementwise")[0], values
+        (True, [0.0, 6.0])
+        >>> fusable(keras.layers.Dense(2, activation=lambda x: x * x), "activation") is None
+        True
+    """
+    if kind == "activation":
+        fn = obj.activation
+        name = getattr(fn, "__name__", "")
+        if name in ELEMENTWISE_ACTIVATIONS and getattr(keras.activations, name, _UNSET) is fn:
+            return ("activation", name), fn
+        return None
+    builtins = tuple(getattr(keras.layers, n) for n in FUSABLE_LAYERS)
+    if kind != "elementwise" or type(obj) not in builtins:
+        return None
+    config = {k: v for k, v in obj.get_config().items() if k not in ("name", "trainable", "dtype")}
+    try:
+        key = ("layer", type(obj).__name__, tuple(sorted(config.items())))
+        hash(key)
+    except TypeError:  # a setting that is not a plain value
+        return None
+    fresh = type(obj).from_config(config)
+    return key, fresh.call
 
 
 def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
@@ -429,7 +486,9 @@ def _has_children(layer: keras.Layer) -> bool:
 
 
 @contextlib.contextmanager
-def deeplift_rules(model: keras.Layer, backend: Any, shared: bool | Shared = False) -> Iterator[int]:
+def deeplift_rules(
+    model: keras.Layer, backend: Any, shared: bool | Shared = False, fuse: bool = False
+) -> Iterator[int]:
     """Install DeepLIFT's backward rules on every non-linearity of ``model`` for the block.
 
     Element-wise ``activation`` attributes are swapped for a rescaled copy;
@@ -441,7 +500,10 @@ def deeplift_rules(model: keras.Layer, backend: Any, shared: bool | Shared = Fal
     ``shared=False``: each batch is inputs then one reference per input;
     ``shared=True``: inputs then ONE reference row for all of them (the
     batch is ``N + 1`` rows instead of ``2 N``); a :class:`Shared` layout:
-    groups of inputs, each followed by their reference row.
+    groups of inputs, each followed by their reference row. ``fuse``: the
+    rescale rule of every :func:`fusable` site runs as one kernel where the
+    backend compiles one (TensorFlow: XLA, float32), the same numbers up to
+    float32 rounding.
 
     Example:
         >>> import keras
@@ -457,13 +519,14 @@ def deeplift_rules(model: keras.Layer, backend: Any, shared: bool | Shared = Fal
     with contextlib.ExitStack() as stack:
         for _, obj, kind in sites:
             if kind == "activation":
-                stack.enter_context(patched_attribute(obj, "activation", _rescaled(obj.activation, backend, shared)))
+                rescaled = _rescaled(obj.activation, backend, shared, _fuse_key(obj, kind, shared, fuse))
+                stack.enter_context(patched_attribute(obj, "activation", rescaled))
                 continue
-            stack.enter_context(patched_attribute(obj, "call", _rule_call(obj, kind, backend, shared)))
+            stack.enter_context(patched_attribute(obj, "call", _rule_call(obj, kind, backend, shared, fuse)))
         yield len(sites)
 
 
-def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared) -> Callable[..., Any]:
+def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared, fuse: bool = False) -> Callable[..., Any]:
     """The ``call`` that replaces a layer's / op's for the block (``kind``: a :func:`classify` kind)."""
     original = obj.call
     if kind == "product":
@@ -501,7 +564,7 @@ def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared) -> Call
     def one(x: Any) -> Any:
         return original(x)
 
-    wrapped = backend.custom_backward(one, rule, f"deeplift_{kind}_{obj.name}")
+    wrapped = backend.custom_backward(one, rule, f"deeplift_{kind}_{obj.name}", fuse=_fuse_key(obj, kind, shared, fuse))
 
     def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
         return wrapped(inputs)
@@ -515,13 +578,15 @@ class DeepLiftBackward:
     input); ``shared=True``: the batch is the inputs and, last, one reference
     row that every input is compared with; ``group=L`` (with ``shared``):
     groups of ``L`` rows, ``L - 1`` inputs then their reference (several
-    references per pass). Equal objects share one compiled function.
+    references per pass). ``fuse`` (default): the element-wise rules run as
+    one kernel each where the backend compiles one (see
+    :func:`deeplift_rules`). Equal objects share one compiled function.
 
     Example:
         >>> DeepLiftBackward(True) == DeepLiftBackward(True), DeepLiftBackward(True) == DeepLiftBackward(False)
         (True, False)
-        >>> DeepLiftBackward(True, group=9)
-        DeepLiftBackward(shared=True, group=9)
+        >>> DeepLiftBackward(True, group=9), DeepLiftBackward(True, fuse=False)
+        (DeepLiftBackward(shared=True, group=9), DeepLiftBackward(shared=True, fuse=False))
     """
 
     #: The rules replace the backward pass of non-linearities only; a Conv / Dense + BatchNormalization
@@ -529,22 +594,27 @@ class DeepLiftBackward:
     #: (``core/bn_fold.py``), the same numbers up to float32 rounding.
     folds_batchnorm = True
 
-    def __init__(self, shared: bool, group: int | None = None) -> None:
+    def __init__(self, shared: bool, group: int | None = None, fuse: bool = True) -> None:
         if group is not None and not shared:
             raise ValueError(f"`group` needs shared references. Received: shared={shared!r}, group={group!r}.")
         self.shared = bool(shared)
         self.group = None if group is None else Shared(group).group
+        self.fuse = bool(fuse)
 
     def install(self, model: keras.Layer, backend: Any) -> contextlib.AbstractContextManager[int]:
         """Enter to install the rules on ``model`` for one trace."""
-        return deeplift_rules(model, backend, Shared(self.group) if self.shared else False)
+        return deeplift_rules(model, backend, Shared(self.group) if self.shared else False, self.fuse)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.shared, self.group, self.fuse)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, DeepLiftBackward) and (other.shared, other.group) == (self.shared, self.group)
+        return isinstance(other, DeepLiftBackward) and other._key() == self._key()
 
     def __hash__(self) -> int:
-        return hash(("deeplift", self.shared, self.group))
+        return hash(("deeplift", *self._key()))
 
     def __repr__(self) -> str:
         group = "" if self.group is None else f", group={self.group}"
-        return f"DeepLiftBackward(shared={self.shared}{group})"
+        fuse = ", fuse=False" if not self.fuse else ""
+        return f"DeepLiftBackward(shared={self.shared}{group}{fuse})"

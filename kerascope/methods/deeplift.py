@@ -33,6 +33,12 @@ from kerascope.methods.integrated import (
 )
 from kerascope.methods.registry import register
 
+#: Default ``fuse_rules=None``: calls comparing at least this many inputs with references (a default chunk)
+#: fuse the rules. Below it, XLA's compilations (~0.6 s for each new number of rows on MobileNetV2 at
+#: 160 px) outweigh the gain of the call; from it on the fused call is faster even on its first run
+#: (fewer temporaries to allocate): docs/performance.md, "DeepLIFT's rules fused".
+FUSE_MIN_ROWS = 32
+
 
 @register
 class Deconvnet(Saliency):
@@ -144,8 +150,10 @@ class _Runner:
     pairs (per-sample references such as ``"blur"``; batch ``2 N``).
     """
 
-    def __init__(self, method: DeepLIFT, inputs: Inputs, targets: Any, wrt: list[int]) -> None:
+    def __init__(self, method: DeepLIFT, inputs: Inputs, targets: Any, wrt: list[int], pairs: int) -> None:
         self.method, self.inputs, self.targets, self.wrt = method, inputs, targets, wrt
+        #: fused element-wise rules (``fuse_rules``; by default for ``pairs`` (inputs x references) >= FUSE_MIN_ROWS)
+        self.fuse = method.fuse_rules if method.fuse_rules is not None else pairs >= FUSE_MIN_ROWS
         self.indices = targets_lib.encode(targets, inputs.num_samples)[0] if not callable(targets) else None
         self._resolved: np.ndarray | None = None
         #: the reduced precision the passes run in (``precision=``, else the model's own compute dtype)
@@ -181,7 +189,7 @@ class _Runner:
             with rows_of([*rows, REFERENCE]):
                 result = method.engine.gradients(
                     Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
-                    rule=DeepLiftBackward(shared=True), batch_size=m + 1,
+                    rule=DeepLiftBackward(shared=True, fuse=self.fuse), batch_size=m + 1,
                 )
             for k, (g, i) in enumerate(zip(result.input_grads, self.wrt, strict=True)):
                 attributions[k][rows] = g[:m] * (inputs.arrays[i][rows] - reference[i])
@@ -218,7 +226,7 @@ class _Runner:
         """
         method, inputs, n = self.method, self.inputs, self.inputs.num_samples
         length, count = n + 1, len(references[0])
-        rule = DeepLiftBackward(shared=True, group=length)
+        rule = DeepLiftBackward(shared=True, group=length, fuse=self.fuse)
         attributions = [np.zeros(inputs.arrays[i].shape, np.float64) for i in self.wrt]
         base = np.zeros(n, np.float64)
         for refs in chunk_ranges(count, max(1, self.groups_per_pass(count))):
@@ -270,7 +278,7 @@ class _Runner:
         targets = self.targets if callable(self.targets) else np.concatenate([self.resolved()[owners]] * 2)
         with rows_of(np.concatenate([owners, np.full(m, REFERENCE)])):
             result = method.engine.gradients(
-                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=DeepLiftBackward(shared=False),
+                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=DeepLiftBackward(shared=False, fuse=self.fuse),
                 batch_size=2 * m,
             )
         attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])
@@ -319,6 +327,18 @@ class DeepLIFT(Method):
             (Captum's ``additional_forward_args``), so the attributions sum to
             ``f(x) - f(x with the chosen inputs at their baselines)``. Default:
             every input (Captum's ``DeepLift`` on all of them).
+        fuse_rules: TensorFlow, float32: ``True`` runs the rescale rule of
+            each Keras activation function and built-in ``ReLU`` /
+            ``LeakyReLU`` / ``ELU`` layer as one XLA-compiled kernel (its ~8
+            element-wise ops fused: a MobileNetV2 pass ~25% cheaper) instead
+            of TensorFlow's separate kernels, the same numbers up to float32
+            rounding. XLA compiles each activation's kernel once per shape,
+            so every new number of rows per pass costs ~0.6 s on MobileNetV2;
+            worth it for large calls or repeated calls with the same number
+            of inputs. ``None`` (default): fused when a call compares at least
+            ``FUSE_MIN_ROWS`` (32) inputs with references (DeepLiftShap:
+            inputs x background rows); ``False``: never.
+            JAX fuses the whole pass anyway; PyTorch runs op by op.
 
     ``Explanation.extras["completeness_error"]`` is ``sum(attr) - (f(x) -
     f(baseline))`` per sample (Captum's convergence delta) and
@@ -343,10 +363,14 @@ class DeepLIFT(Method):
     precision_note = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
                       "and give NaN; bfloat16 has float32's range.")
 
-    def __init__(self, model: keras.Layer, *, baseline: Any = None, input_index: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, model: keras.Layer, *, baseline: Any = None, input_index: Any = None,
+        fuse_rules: bool | None = None, **kwargs: Any,
+    ) -> None:
         super().__init__(model, **kwargs)
         self.baseline = baseline
         self.input_index = input_index
+        self.fuse_rules = None if fuse_rules is None else bool(fuse_rules)
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (an array baseline is reported by its shape).
@@ -392,7 +416,7 @@ class DeepLIFT(Method):
         wrt = self._prepare(inputs, targets)
         chosen = Inputs([inputs.arrays[i] for i in wrt])
         references = resolve_baselines(_chosen_baselines(self.baseline, inputs, wrt), chosen)
-        runner = _Runner(self, inputs, targets, wrt)
+        runner = _Runner(self, inputs, targets, wrt, inputs.num_samples)
         if runner.can_share(references):
             rows = [references[wrt.index(k)][:1] if k in wrt else a[:1] for k, a in enumerate(inputs.arrays)]
             attributions, scores, resolved, base_scores = runner.shared(rows)
@@ -429,6 +453,8 @@ class DeepLiftShap(DeepLIFT):
             ``samples > M``).
         seed: seed of the draws (only used when ``samples`` is set).
         input_index: the input(s) attributed, as :class:`DeepLIFT`'s.
+        fuse_rules: one compiled kernel per element-wise rule on TensorFlow,
+            as :class:`DeepLIFT`'s.
 
     ``extras``: ``baseline_indices`` (the background rows used),
     ``baseline_scores`` (the mean score over them) and ``completeness_error``
@@ -477,7 +503,7 @@ class DeepLiftShap(DeepLIFT):
             rng = np.random.default_rng(self.seed)
             choice = rng.choice(count, size=self.samples, replace=self.samples > count)
         k, n = len(choice), inputs.num_samples
-        runner = _Runner(self, inputs, targets, wrt)
+        runner = _Runner(self, inputs, targets, wrt, n * k)
         attributions = [np.zeros(inputs.arrays[i].shape, np.float64) for i in wrt]
         base_scores = np.zeros(n, np.float64)
         if runner.can_share([]):  # the other inputs are the same in every sample: shared background rows

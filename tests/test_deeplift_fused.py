@@ -1,0 +1,129 @@
+"""DeepLIFT's rescale rules as one XLA kernel each (``fuse_rules``, TensorFlow).
+
+The numbers of the fused rules are checked against closed forms and Captum with the rest
+(tests/test_deeplift.py, tests/test_captum_crosscheck.py: both run with ``fuse_rules=True``);
+here: which sites fuse, that equal sites share one kernel (one compilation per shape), the
+default's row threshold, reduced precision left to the separate ops, and that the kernel cache
+keeps no user model alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import keras
+import numpy as np
+import pytest
+
+import kerascope as ks
+from kerascope.core import deeplift_rules
+from kerascope.methods import deeplift as deeplift_module
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the fused rules are TensorFlow's")
+
+if keras.backend.backend() == "tensorflow":
+    from kerascope._backend import tf_fused
+
+
+def relu_stack(max_value: float, seed: int = 0) -> keras.Model:
+    """Three ReLU layers of one configuration and one shape between dense layers."""
+    keras.utils.set_random_seed(seed)
+    layers = [keras.Input((5,))]
+    for i in range(3):
+        layers += [keras.layers.Dense(7, name=f"d{i}"), keras.layers.ReLU(max_value=max_value, name=f"r{i}")]
+    return keras.Sequential([*layers, keras.layers.Dense(2, name="out")])
+
+
+class Counting:
+    """``tf_fused.kernel`` that also records the keys it is asked for (the real kernels are returned)."""
+
+    def __init__(self) -> None:
+        self.keys: list = []
+        self.kernel = tf_fused.kernel
+
+    def __call__(self, key, fn, backward):
+        self.keys.append(key)
+        return self.kernel(key, fn, backward)
+
+
+def test_equal_sites_share_one_kernel_compiled_once_per_shape():
+    model = relu_stack(max_value=5.25)  # a setting no other test uses: a key of its own
+    x = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
+    fused = ks.DeepLIFT(model, fuse_rules=True).explain(x, 1)
+    plain = ks.DeepLIFT(model, fuse_rules=False).explain(x, 1)
+    np.testing.assert_allclose(fused.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
+    keys = [k for k in tf_fused._KERNELS if k[1][0] == "layer" and ("max_value", 5.25) in k[1][2]]
+    assert len(keys) == 1  # three layers, one kernel
+    # traced once, inside the pass (rows unknown there); XLA compiles it per number of rows when run
+    assert tf_fused._KERNELS[keys[0]].experimental_get_tracing_count() == 1
+    again = ks.DeepLIFT(model, fuse_rules=True).explain(x[:2], 1)
+    np.testing.assert_allclose(again.attributions, plain.attributions[:2], rtol=1e-6, atol=1e-7)
+    assert tf_fused._KERNELS[keys[0]].experimental_get_tracing_count() == 1
+
+
+def test_default_fuses_from_the_row_threshold(monkeypatch):
+    counting = Counting()
+    monkeypatch.setattr(tf_fused, "kernel", counting)
+    monkeypatch.setattr(deeplift_module, "FUSE_MIN_ROWS", 6)
+    model = relu_stack(max_value=4.0, seed=1)
+    x = np.random.default_rng(1).normal(size=(6, 5)).astype(np.float32)
+    few = ks.DeepLIFT(model).explain(x[:5], 0)
+    assert counting.keys == []
+    many = ks.DeepLIFT(model).explain(x, 0)
+    assert counting.keys and all(k[0] == "deeplift_rescale" for k in counting.keys)
+    np.testing.assert_allclose(many.attributions[:5], few.attributions, rtol=1e-5, atol=1e-7)
+    # DeepLiftShap counts inputs x background rows: 2 x 3 >= 6
+    counting.keys.clear()
+    background = np.random.default_rng(2).normal(size=(3, 5)).astype(np.float32)
+    ks.DeepLiftShap(model, baseline=background).explain(x[:2], 0)
+    assert counting.keys
+    counting.keys.clear()
+    ks.DeepLiftShap(model, baseline=background, fuse_rules=False).explain(x[:2], 0)
+    assert counting.keys == []
+
+
+def test_only_keras_own_activations_fuse():
+    class Doubled(keras.layers.ReLU):  # a subclass may compute anything: not fused
+        def call(self, inputs):
+            return 2.0 * super().call(inputs)
+
+    def relu(x):  # a user function named like Keras' relu
+        return keras.ops.relu(x) * 3.0
+
+    assert deeplift_rules.fusable(Doubled(), "elementwise") is None
+    assert deeplift_rules.fusable(keras.layers.Dense(2, activation=relu), "activation") is None
+    key, fn = deeplift_rules.fusable(keras.layers.Dense(2, activation="gelu"), "activation")
+    assert key == ("activation", "gelu") and fn is keras.activations.gelu
+    # the user's function is still rescaled (by the separate ops), with its own values
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(1, name="o")(keras.layers.Dense(4, activation=relu)(inputs)))
+    x = np.random.default_rng(3).normal(size=(3, 3)).astype(np.float32)
+    e = ks.DeepLIFT(model, fuse_rules=True).explain(x, 0)
+    np.testing.assert_allclose(e.attributions.sum(axis=1), e.scores - e.extras["baseline_scores"], rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_reduced_precision_keeps_the_separate_ops(monkeypatch):
+    counting = Counting()
+    monkeypatch.setattr(tf_fused, "kernel", counting)
+    model = relu_stack(max_value=3.0, seed=2)
+    x = np.random.default_rng(4).normal(0, 20, size=(3, 5)).astype(np.float32)
+    fused = ks.DeepLIFT(model, fuse_rules=True, precision="bfloat16").explain(x, 1)
+    plain = ks.DeepLIFT(model, fuse_rules=False, precision="bfloat16").explain(x, 1)
+    assert counting.keys == []
+    np.testing.assert_array_equal(fused.attributions, plain.attributions)
+
+
+def test_the_kernel_cache_keeps_no_model_alive(unchanged):
+    model = relu_stack(max_value=2.5, seed=3)
+    check = unchanged(model)
+    x = np.random.default_rng(5).normal(size=(2, 5)).astype(np.float32)
+    explainer = ks.DeepLIFT(model, fuse_rules=True)
+    explainer.explain(x, 0)
+    check()
+    assert any(k[1][0] == "layer" and ("max_value", 2.5) in k[1][2] for k in tf_fused._KERNELS)
+    dead = weakref.ref(model)
+    del model, explainer, check
+    gc.collect()
+    assert dead() is None

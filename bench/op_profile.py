@@ -13,11 +13,13 @@ Example::
 
     python bench/op_profile.py --model mobilenetv2 --size 160 --images 8 --method deeplift
     python bench/op_profile.py --model demo --images 8 --method lrp --top 20
+    python bench/op_profile.py --model demo --images 8 --method deeplift --param fuse_rules=true
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import os
 from typing import Any
@@ -103,6 +105,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=160)
     parser.add_argument("--images", type=int, default=8)
     parser.add_argument("--method", default="deeplift", help="a registered method name (default parameters)")
+    parser.add_argument("--param", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="method parameters, e.g. fuse_rules=true (Python literals; true / false / none too)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
@@ -112,7 +116,12 @@ def main() -> None:
     shape = tuple(model.inputs[0].shape[1:])
     x = np.random.default_rng(0).uniform(0, 1, (args.images, *shape)).astype(np.float32)
     targets = np.arange(args.images) % 4
-    functions = traced_functions(registry.get(args.method)(model), x, targets)
+    params = {}
+    for item in args.param:
+        name, _, text = item.partition("=")
+        words = {"true": True, "false": False, "none": None}
+        params[name] = words[text.lower()] if text.lower() in words else ast.literal_eval(text)
+    functions = traced_functions(registry.get(args.method)(model, **params), x, targets)
 
     grad = floor_gradient(model, shape)
     columns = {"floor": op_times(grad.get_concrete_function(), x, targets, args.runs)}

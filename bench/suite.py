@@ -31,6 +31,7 @@ Examples:
     python bench/suite.py --models resnet50 --images 8 --methods smoothgrad integrated_gradients --samples 16
     python bench/suite.py --models demo --images 8 --memory --methods saliency smoothgrad occlusion scorecam
     python bench/suite.py --models demo --images 8 --cpu-time --methods saliency lrp deeplift deeplift_shap
+    python bench/suite.py --models mobilenetv2 --size 160 --images 8 --cpu-time --methods deeplift deeplift_shap --fuse
     python bench/suite.py --models resnet50 --size 64 --images 8 --cpu-time --methods saliency lrp deeplift
 """
 
@@ -213,11 +214,17 @@ def cases_for(
             # the issue's floor: one forward + backward pass of the N inputs (ours: N + 1 rows, the
             # inputs and the one zeros reference they share)
             cases.append(Case(name, lambda c=cls: c(model, **common), [("grad", n)], "zeros reference"))
+            if args.fuse:
+                cases.append(Case(name, lambda c=cls: c(model, fuse_rules=True, **common), [("grad", n)],
+                                  "zeros reference, fuse_rules=True"))
         elif name == "deeplift_shap":
             rows = args.background
             background = np.random.default_rng(2).uniform(0, 1, (rows, *x.shape[1:])).astype(np.float32)
             cases.append(Case(name, lambda c=cls, b=background: c(model, baseline=b, **common),
                               [("grad", n * rows)], f"{rows} background rows"))
+            if args.fuse:
+                cases.append(Case(name, lambda c=cls, b=background: c(model, baseline=b, fuse_rules=True, **common),
+                                  [("grad", n * rows)], f"{rows} background rows, fuse_rules=True"))
         elif name == "lrp":  # one forward + backward per chunk; each rule term adds one evaluation of its layer
             cases.append(Case(name, lambda c=cls: c(model, composite="epsilon_plus", **common), [("grad", n)],
                               "epsilon_plus"))
@@ -293,6 +300,8 @@ def main() -> None:
     parser.add_argument("--score-channels", type=int, default=64,
                         help="Score-/Ablation-CAM use the last layer with at most this many channels")
     parser.add_argument("--jit", action="store_true", help="also run everything with jit_compile=True (XLA)")
+    parser.add_argument("--fuse", action="store_true",
+                        help="also run DeepLIFT / DeepLiftShap with fuse_rules=True (one XLA kernel per rule)")
     parser.add_argument("--memory", action="store_true", help="peak memory for N and 2N images at fixed --chunk")
     parser.add_argument("--size", type=int, default=224, help="input side of mobilenetv2 / resnet50 (weights=None)")
     parser.add_argument("--cpu-time", action="store_true",

@@ -350,11 +350,21 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
     return wrapped
 
 
+def fuses_rules() -> bool:
+    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel: never here (under ``jax.jit`` XLA fuses the whole pass already).
+
+    Example:
+        >>> fuses_rules()
+        False
+    """
+    return False
+
+
 def custom_backward(
     fn: Callable[..., Any],
     backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
     name: str,
-    fuse: tuple[Hashable, Callable[..., Any]] | None = None,
+    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward``.
 

@@ -549,11 +549,21 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
     return wrapped
 
 
+def fuses_rules() -> bool:
+    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel here (XLA compiles on this machine).
+
+    Example:
+        >>> fuses_rules()
+        True
+    """
+    return tf_fused.available()
+
+
 def custom_backward(
     fn: Callable[..., Any],
     backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
     name: str,
-    fuse: tuple[Hashable, Callable[..., Any]] | None = None,
+    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
 
@@ -561,11 +571,13 @@ def custom_backward(
     is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
     and may be called several times. Written once in ``keras.ops`` by the
     callers (e.g. the DeepLIFT rules), so every backend computes the same.
-    ``fuse``: ``(key, f)``, ``f`` the same function as ``fn`` but holding
-    nothing of the model, ``key`` determining ``f`` and ``backward``: the
-    backward pass then runs as one XLA-compiled kernel that recomputes ``f``,
-    shared by every call site with that key (:mod:`kerascope._backend.tf_fused`;
-    float32 only, else the ops as written).
+    ``fuse``: ``(key, f, exact)``, ``f`` the same function as ``fn`` but
+    holding nothing of the model, ``key`` determining ``f`` and ``backward``:
+    the backward pass then runs as one XLA-compiled kernel, shared by every
+    call site with that key (:mod:`kerascope._backend.tf_fused`; float32 only
+    and where XLA compiles, else the ops as written). ``exact``: XLA's ``f``
+    equals TensorFlow's bit for bit, so the kernel recomputes ``fn(*xs)``
+    instead of reading it.
 
     Example:
         >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")
@@ -585,7 +597,8 @@ def custom_backward(
 
         def grad(dy: tf.Tensor) -> list[tf.Tensor]:
             if fuse is not None and tf_fused.applies(list(xs), dy):
-                return tf_fused.kernel(fuse[0], fuse[1], backward)(list(xs), dy)
+                key, again, exact = fuse
+                return tf_fused.kernel(key, again, backward)(list(xs), None if exact else y, dy)
 
             def vjp(d: Any) -> list[Any]:
                 grads = tape.gradient(y, list(xs), output_gradients=d)

@@ -269,11 +269,21 @@ def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any]
     return _with_backward(fn, backward, f"deeplift_{getattr(fn, '__name__', 'relu')}")
 
 
+def fuses_rules() -> bool:
+    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel: never here (PyTorch runs op by op).
+
+    Example:
+        >>> fuses_rules()
+        False
+    """
+    return False
+
+
 def custom_backward(
     fn: Callable[..., Any],
     backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
     name: str,
-    fuse: tuple[Hashable, Callable[..., Any]] | None = None,
+    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
 

@@ -13,6 +13,10 @@ from kerascope.core.bn_fold import FOLD_BACKENDS
 from kerascope.methods.base import UnsupportedModelError
 
 RNG = np.random.default_rng(0)
+_TF_ONLY = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the rules fuse on TensorFlow only")
+#: fuse_rules settings: the separate ops, and (TensorFlow) one XLA kernel per rule
+OPS_AND_FUSED = [pytest.param(False, id="ops"), pytest.param(True, id="fused", marks=_TF_ONLY)]
+DEFAULT_AND_FUSED = [pytest.param(None, id="default"), pytest.param(True, id="fused", marks=_TF_ONLY)]
 
 
 def dense_model(units: list[int], activations: list[str | None], inputs: int) -> keras.Model:
@@ -47,7 +51,7 @@ def test_linear_model_is_weight_times_difference():
 @pytest.mark.parametrize("act, f", [("tanh", np.tanh), ("sigmoid", lambda z: 1 / (1 + np.exp(-z))),
                                     ("elu", lambda z: np.where(z > 0, z, np.exp(z) - 1)),
                                     ("softplus", lambda z: np.log1p(np.exp(z)))])
-@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+@pytest.mark.parametrize("fuse", OPS_AND_FUSED)
 def test_rescale_rule_closed_form(act, f, fuse):
     model = dense_model([6, 2], [act, None], 4)
     w1, b1, w2, _ = model.get_weights()
@@ -63,10 +67,12 @@ def test_rescale_rule_closed_form(act, f, fuse):
 
 @pytest.mark.parametrize("layer, f", [
     (lambda: keras.layers.ReLU(max_value=1.0), lambda z: np.clip(z, 0.0, 1.0)),
+    (lambda: keras.layers.ReLU(max_value=2.0, negative_slope=0.1, threshold=0.3),
+     lambda z: np.clip(np.where(z > 0.3, z, 0.0), 0.0, 2.0) - 0.1 * np.maximum(0.3 - z, 0.0)),
     (lambda: keras.layers.LeakyReLU(negative_slope=0.2), lambda z: np.where(z > 0, z, 0.2 * z)),
     (lambda: keras.layers.ELU(alpha=0.5), lambda z: np.where(z > 0, z, 0.5 * (np.exp(z) - 1))),
-], ids=["relu_max1", "leaky", "elu"])
-@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+], ids=["relu_max1", "relu_threshold", "leaky", "elu"])
+@pytest.mark.parametrize("fuse", OPS_AND_FUSED)
 def test_rescale_rule_closed_form_on_activation_layers(layer, f, fuse):
     inputs = keras.Input((4,))
     hidden = keras.layers.Dense(6, name="d0")(inputs)
@@ -84,7 +90,7 @@ def test_rescale_rule_closed_form_on_activation_layers(layer, f, fuse):
     assert summation_ok(e)
 
 
-@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+@pytest.mark.parametrize("fuse", OPS_AND_FUSED)
 def test_rescale_rule_falls_back_to_the_gradient_where_the_input_difference_is_zero(fuse):
     # unit 0 sees x0 + x1, which is the same for x = (1, -1) and the reference (0, 0): its multiplier is
     # tanh'(b), so the inputs get +-tanh'(b) * v although their contributions through it cancel.
@@ -157,7 +163,7 @@ def mixed_model(seed: int = 0) -> keras.Model:
     return model
 
 
-@pytest.mark.parametrize("fuse", [None, True], ids=["default", "fused"])
+@pytest.mark.parametrize("fuse", DEFAULT_AND_FUSED)
 def test_summation_to_delta_on_every_supported_layer(unchanged, fuse):
     model = mixed_model()
     check = unchanged(model)
@@ -256,7 +262,7 @@ def test_deeplift_shap_averages_deeplift_over_the_background(monkeypatch):
     pytest.param("DenseNet121", marks=pytest.mark.slow),
     pytest.param("EfficientNetB0", marks=pytest.mark.slow),
 ])
-@pytest.mark.parametrize("fuse", [None, True], ids=["default", "fused"])
+@pytest.mark.parametrize("fuse", DEFAULT_AND_FUSED)
 def test_summation_to_delta_on_keras_applications(name, unchanged, fuse):
     if name == "ResNet50" and keras.backend.backend() != "tensorflow":
         pytest.skip("one architecture per CI run is enough; tests/test_backend_parity.py covers the backends")

@@ -18,6 +18,7 @@ import pytest
 
 import kerascope as ks
 from kerascope.core import deeplift_rules
+from kerascope.core.inputs import Inputs
 from kerascope.methods import deeplift as deeplift_module
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the fused rules are TensorFlow's")
@@ -83,6 +84,34 @@ def test_default_fuses_from_the_row_threshold(monkeypatch):
     assert counting.keys == []
 
 
+@pytest.mark.parametrize("activation", ["gelu", "swish", "tanh", "softplus"])
+def test_grouped_and_paired_passes_fused_equal_the_separate_ops(activation):
+    keras.utils.set_random_seed(4)
+    model = keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation=activation),
+                              keras.layers.LeakyReLU(0.05), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(3)])
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 6, 6, 2)).astype(np.float32)
+    background = rng.normal(size=(3, 6, 6, 2)).astype(np.float32)  # 2 inputs + 1 reference: 10 groups per pass
+    for make in (lambda f: ks.DeepLiftShap(model, baseline=background, fuse_rules=f),
+                 lambda f: ks.DeepLIFT(model, baseline=background[:2], fuse_rules=f)):  # pairs
+        fused, plain = make(True).explain(x, [0, 2]), make(False).explain(x, [0, 2])
+        scale = np.abs(plain.attributions).max()
+        np.testing.assert_allclose(fused.attributions, plain.attributions, rtol=0, atol=1e-6 * scale)
+        np.testing.assert_allclose(fused.extras["completeness_error"], plain.extras["completeness_error"],
+                                   atol=1e-6 * np.abs(plain.scores).max())
+
+
+def test_other_backends_and_reduced_precision_run_one_pass_kind():
+    """``fuse_rules`` changes nothing where nothing fuses: one compiled pass, not two (no second trace)."""
+    model = relu_stack(max_value=1.5, seed=5)
+    inputs = Inputs([np.zeros((1, 5), np.float32)])
+    explainer = ks.DeepLIFT(model, fuse_rules=None, precision="bfloat16")
+    assert deeplift_module._Runner(explainer, inputs, 0, [0], 10_000).fuse is False
+    assert deeplift_module._Runner(ks.DeepLIFT(model), inputs, 0, [0], 10_000).fuse is True
+    assert deeplift_module._Runner(ks.DeepLIFT(model), inputs, 0, [0], 31).fuse is False
+
+
 def test_only_keras_own_activations_fuse():
     class Doubled(keras.layers.ReLU):  # a subclass may compute anything: not fused
         def call(self, inputs):
@@ -93,8 +122,9 @@ def test_only_keras_own_activations_fuse():
 
     assert deeplift_rules.fusable(Doubled(), "elementwise") is None
     assert deeplift_rules.fusable(keras.layers.Dense(2, activation=relu), "activation") is None
-    key, fn = deeplift_rules.fusable(keras.layers.Dense(2, activation="gelu"), "activation")
-    assert key == ("activation", "gelu") and fn is keras.activations.gelu
+    key, fn, exact = deeplift_rules.fusable(keras.layers.Dense(2, activation="gelu"), "activation")
+    assert key == ("activation", "gelu") and fn is keras.activations.gelu and not exact
+    assert deeplift_rules.fusable(keras.layers.ReLU(negative_slope=0.1), "elementwise")[2] is False
     # the user's function is still rescaled (by the separate ops), with its own values
     inputs = keras.Input((3,))
     model = keras.Model(inputs, keras.layers.Dense(1, name="o")(keras.layers.Dense(4, activation=relu)(inputs)))
@@ -127,3 +157,16 @@ def test_the_kernel_cache_keeps_no_model_alive(unchanged):
     del model, explainer, check
     gc.collect()
     assert dead() is None
+
+
+@pytest.mark.parametrize("value", ["yes", 1, [True]])
+def test_fuse_rules_must_be_a_bool_or_none(value):
+    with pytest.raises(ValueError, match=r"`fuse_rules` must be True, False or None.*Received: fuse_rules="):
+        ks.DeepLIFT(relu_stack(max_value=6.0), fuse_rules=value)
+
+
+def test_the_kernel_cache_keeps_the_most_recent(monkeypatch):
+    monkeypatch.setattr(tf_fused, "MAX_KERNELS", 2)
+    for k in range(4):
+        tf_fused.kernel(("lru-test", k), lambda v: v, lambda xs, y, dy, vjp: [dy])
+    assert [k for k in tf_fused._KERNELS if k[0] == "lru-test"] == [("lru-test", 2), ("lru-test", 3)]

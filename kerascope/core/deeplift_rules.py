@@ -315,43 +315,65 @@ def product(a: Any, b: Any, shared: bool | Shared = False) -> Any:
 
 def _rescaled(
     fn: Callable[[Any], Any], backend: Any, shared: bool | Shared = False,
-    fuse: tuple[Hashable, Callable[[Any], Any]] | None = None,
+    fuse: tuple[Hashable, Callable[[Any], Any], bool] | None = None,
 ) -> Callable[[Any], Any]:
     rule = functools.partial(rescale_backward, shared=shared)
     return backend.custom_backward(fn, rule, f"deeplift_{_name(fn)}", fuse=fuse)
 
 
+def rules_fuse() -> bool:
+    """Whether ``fuse=True`` changes anything here: the backend compiles a rule into one kernel.
+
+    TensorFlow where XLA compiles (a tiny kernel is tried once); never JAX (``jax.jit`` fuses the
+    whole pass already) or PyTorch (op by op). Where it does not, callers keep one rule object,
+    so that a pass is not traced twice for nothing.
+
+    Example:
+        >>> import keras
+        >>> rules_fuse() == (keras.backend.backend() == "tensorflow")
+        True
+    """
+    return bool(_backend.get().fuses_rules())
+
+
 def _fuse_key(
     obj: Any, kind: str, shared: bool | Shared, fuse: bool
-) -> tuple[Hashable, Callable[[Any], Any]] | None:
-    """The backend's ``fuse=`` for a rescale-rule site: ``(key, fn)`` (the rule's layout in the key), or ``None``."""
+) -> tuple[Hashable, Callable[[Any], Any], bool] | None:
+    """The backend's ``fuse=`` for a rescale-rule site: ``(key, fn, exact)`` (the layout in the key), or ``None``."""
     found = fusable(obj, kind) if fuse else None
     if found is None:
         return None
-    return ("deeplift_rescale", found[0], _layout(shared)), found[1]
+    key, fn, exact = found
+    return ("deeplift_rescale", key, _layout(shared)), fn, exact
 
 
 #: Element-wise layers whose rule may be fused: their settings are their whole definition.
 FUSABLE_LAYERS = ("ReLU", "LeakyReLU", "ELU")
 _UNSET = object()
+#: The fresh layers' ``call`` per key (a handful of small stateless layers, built once).
+_FRESH: dict[Hashable, Callable[[Any], Any]] = {}
 
 
-def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any]] | None:
-    """``(key, fn)`` for an element-wise site whose rule can run as one compiled kernel, else ``None``.
+def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any], bool] | None:
+    """``(key, fn, exact)`` for an element-wise site whose rule can run as one compiled kernel, else ``None``.
 
     A Keras activation function (the function itself: ``keras.activations.relu``)
     or a built-in ``ReLU`` / ``LeakyReLU`` / ``ELU`` layer (exactly that class),
     keyed by what defines it, so that equal sites share one kernel. ``fn`` is
     the activation function, or a fresh layer built from the layer's config:
-    it holds nothing of the user's model. Anything else (custom activations,
-    subclasses, raw ``keras.ops`` nodes) keeps the rule's separate ops.
+    it holds nothing of the user's model. ``exact``: ``fn`` is only ``max`` /
+    ``min`` (ReLU, ReLU6, a clipped ReLU), the same bits however compiled.
+    Anything else (custom activations, subclasses, raw ``keras.ops`` nodes)
+    keeps the rule's separate ops.
 
     Example:
         >>> import keras
-        >>> key, fn = fusable(keras.layers.ReLU(max_value=6.0, name="a"), "elementwise")
+        >>> key, fn, exact = fusable(keras.layers.ReLU(max_value=6.0, name="a"), "elementwise")
         >>> values = keras.ops.convert_to_numpy(fn(keras.ops.convert_to_tensor([-1.0, 9.0]))).tolist()
-        >>> key == fusable(keras.layers.ReLU(max_value=6.0, name="b"), "elementwise")[0], values
-        (True, [0.0, 6.0])
+        >>> key == fusable(keras.layers.ReLU(max_value=6.0, name="b"), "elementwise")[0], values, exact
+        (True, [0.0, 6.0], True)
+        >>> fusable(keras.layers.Dense(2, activation="tanh"), "activation")
+        (('activation', 'tanh'), <function tanh at ...>, False)
         >>> fusable(keras.layers.Dense(2, activation=lambda x: x * x), "activation") is None
         True
     """
@@ -359,7 +381,7 @@ def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any]] | None
         fn = obj.activation
         name = getattr(fn, "__name__", "")
         if name in ELEMENTWISE_ACTIVATIONS and getattr(keras.activations, name, _UNSET) is fn:
-            return ("activation", name), fn
+            return ("activation", name), fn, name in ("relu", "relu6")
         return None
     builtins = tuple(getattr(keras.layers, n) for n in FUSABLE_LAYERS)
     if kind != "elementwise" or type(obj) not in builtins:
@@ -370,8 +392,10 @@ def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any]] | None
         hash(key)
     except TypeError:  # a setting that is not a plain value
         return None
-    fresh = type(obj).from_config(config)
-    return key, fresh.call
+    if key not in _FRESH:  # named, so that Keras' automatic layer names (re_lu_1, ...) are left alone
+        _FRESH[key] = type(obj).from_config({**config, "name": f"kerascope_fused_{type(obj).__name__.lower()}"}).call
+    exact = isinstance(obj, keras.layers.ReLU) and not config.get("negative_slope") and not config.get("threshold")
+    return key, _FRESH[key], exact
 
 
 def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
@@ -578,9 +602,10 @@ class DeepLiftBackward:
     input); ``shared=True``: the batch is the inputs and, last, one reference
     row that every input is compared with; ``group=L`` (with ``shared``):
     groups of ``L`` rows, ``L - 1`` inputs then their reference (several
-    references per pass). ``fuse`` (default): the element-wise rules run as
-    one kernel each where the backend compiles one (see
-    :func:`deeplift_rules`). Equal objects share one compiled function.
+    references per pass). ``fuse``: the element-wise rules run as one
+    kernel each where the backend compiles one (see :func:`deeplift_rules`;
+    ``DeepLIFT`` decides per call, ``fuse_rules``). Equal objects share one
+    compiled function.
 
     Example:
         >>> DeepLiftBackward(True) == DeepLiftBackward(True), DeepLiftBackward(True) == DeepLiftBackward(False)

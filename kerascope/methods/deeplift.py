@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from kerascope.core import targets as targets_lib
-from kerascope.core.deeplift_rules import DeepLiftBackward, classify
+from kerascope.core.deeplift_rules import DeepLiftBackward, classify, rules_fuse
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.precision import UNIT_ROUNDOFF, model_reduced_dtype
@@ -152,12 +152,14 @@ class _Runner:
 
     def __init__(self, method: DeepLIFT, inputs: Inputs, targets: Any, wrt: list[int], pairs: int) -> None:
         self.method, self.inputs, self.targets, self.wrt = method, inputs, targets, wrt
-        #: fused element-wise rules (``fuse_rules``; by default for ``pairs`` (inputs x references) >= FUSE_MIN_ROWS)
-        self.fuse = method.fuse_rules if method.fuse_rules is not None else pairs >= FUSE_MIN_ROWS
         self.indices = targets_lib.encode(targets, inputs.num_samples)[0] if not callable(targets) else None
         self._resolved: np.ndarray | None = None
         #: the reduced precision the passes run in (``precision=``, else the model's own compute dtype)
         self.rounding = method.engine.precision or model_reduced_dtype(method.model)
+        #: fused element-wise rules (``fuse_rules``; by default for ``pairs`` (inputs x references) >= FUSE_MIN_ROWS),
+        #: only where they fuse: float32 passes on a backend that compiles them (else one rule: one trace)
+        wanted = method.fuse_rules if method.fuse_rules is not None else pairs >= FUSE_MIN_ROWS
+        self.fuse = bool(wanted) and self.rounding is None and rules_fuse()
 
     def can_share(self, references: list[np.ndarray]) -> bool:
         """One reference row fits: each attributed input's references and every other input are constant."""
@@ -370,6 +372,9 @@ class DeepLIFT(Method):
         super().__init__(model, **kwargs)
         self.baseline = baseline
         self.input_index = input_index
+        if not (fuse_rules is None or isinstance(fuse_rules, (bool, np.bool_))):
+            raise ValueError(f"`fuse_rules` must be True, False or None (fused from {FUSE_MIN_ROWS} comparisons). "
+                             f"Received: fuse_rules={fuse_rules!r}.")
         self.fuse_rules = None if fuse_rules is None else bool(fuse_rules)
 
     def params(self) -> dict[str, Any]:

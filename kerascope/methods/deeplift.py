@@ -35,8 +35,8 @@ from kerascope.methods.registry import register
 
 #: Default ``fuse_rules=None``: calls comparing at least this many inputs with references (a default chunk)
 #: fuse the rules. Below it, XLA's compilations (~0.6 s for each new number of rows on MobileNetV2 at
-#: 160 px) outweigh the gain of the call; from it on the fused call is faster even on its first run
-#: (fewer temporaries to allocate): docs/performance.md, "DeepLIFT's rules fused".
+#: 160 px) outweigh the gain of the call; from it on the fused first call is about even (fewer temporaries
+#: to allocate) and later ones ~35% faster: docs/performance.md, "DeepLIFT's rules fused".
 FUSE_MIN_ROWS = 32
 
 

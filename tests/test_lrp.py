@@ -97,7 +97,9 @@ def test_final_softmax_is_bypassed():
 
 
 # ------------------------------------------------------------------------------------ canonisation
-def test_batchnorm_canonised_equals_the_fused_network():  # after Conv2D, DepthwiseConv2D and Dense
+# epsilon_gamma_box: zᴮ / γ / ε; epsilon: every pair's output is its rule's first term (one evaluation)
+@pytest.mark.parametrize("composite", ["epsilon_gamma_box", "epsilon"])
+def test_batchnorm_canonised_equals_the_fused_network(composite):  # after Conv2D, DepthwiseConv2D and Dense
     inp = keras.Input((8, 8, 3))
     h = keras.layers.Conv2D(4, 3, name="c1")(inp)
     h = keras.layers.ReLU()(keras.layers.BatchNormalization(name="bn1")(h))
@@ -122,9 +124,10 @@ def test_batchnorm_canonised_equals_the_fused_network():  # after Conv2D, Depthw
     for name in ("c2", "out"):
         fused.get_layer(name).set_weights(model.get_layer(name).get_weights())
     x = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)
-    ours = ks.LRP(model, composite="epsilon_gamma_box").explain(x, 1).attributions  # zB + gamma on fused convs
-    ref = ks.LRP(fused, composite="epsilon_gamma_box").explain(x, 1).attributions
-    np.testing.assert_allclose(ours, ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())
+    ours = ks.LRP(model, composite=composite).explain(x, 1)  # the rules on the fused convolutions
+    ref = ks.LRP(fused, composite=composite).explain(x, 1)
+    np.testing.assert_allclose(ours.attributions, ref.attributions, rtol=1e-3, atol=1e-4 * np.abs(ref.attributions).max())
+    np.testing.assert_allclose(ours.scores, ref.scores, rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------ rule maps

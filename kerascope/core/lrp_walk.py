@@ -420,6 +420,18 @@ class _Apply:
         return relevance_output(value, [t for t, _ in carried], [scale for _, scale in carried])
 
 
+    def owns_output(self, kernel: Any, bias: Any) -> bool:
+        """Whether the rule's first term is ``x`` with these parameters: the layer's output itself (ε, LRP-0).
+
+        Example:
+            >>> from kerascope.core.lrp_rules import Epsilon, ZPlus
+            >>> _Apply(Epsilon()).owns_output(1.0, 0.0), _Apply(ZPlus()).owns_output(1.0, 0.0)
+            (True, False)
+        """
+        mode, k, b, c = self.rule.terms(kernel, bias)[0]
+        return mode == "x" and k is kernel and b is bias and c == 1.0
+
+
 def _first(inputs: Any) -> Any:
     return keras.tree.flatten(inputs)[0] if isinstance(inputs, list | tuple | dict) else inputs
 
@@ -492,13 +504,15 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
 
             def bn_call(inputs: Any, *args: Any, __layer: keras.Layer = layer, __f: Callable = original,
                         **kwargs: Any) -> Any:
-                y = __f(inputs, *args, **kwargs)
                 entry = recorded.get(id(inputs))
                 fused = None if entry is None or entry[0] is not inputs else _fused_params(entry[1], __layer, len(inputs.shape))
                 if fused is None:
+                    y = __f(inputs, *args, **kwargs)
                     return passed(inputs, lambda _: y)  # zennit: Pass
                 _, affine, x, apply, positive = entry
-                return apply(affine, x, *fused, y=y, nonneg=positive)
+                if apply.owns_output(*fused):  # ε / LRP-0: the first term is the pair's output, one convolution
+                    return apply(affine, x, *fused, nonneg=positive)  # (the affine layer's own is then unused)
+                return apply(affine, x, *fused, y=__f(inputs, *args, **kwargs), nonneg=positive)
 
             stack.enter_context(patched_attribute(layer, "call", bn_call))
             count += 1

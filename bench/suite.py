@@ -226,8 +226,9 @@ def cases_for(
                 cases.append(Case(name, lambda c=cls, b=background: c(model, baseline=b, fuse_rules=True, **common),
                                   [("grad", n * rows)], f"{rows} background rows, fuse_rules=True"))
         elif name == "lrp":  # one forward + backward per chunk; each rule term adds one evaluation of its layer
-            cases.append(Case(name, lambda c=cls: c(model, composite="epsilon_plus", **common), [("grad", n)],
-                              "epsilon_plus"))
+            for composite in args.lrp_composites:
+                cases.append(Case(name, lambda c=cls, k=composite: c(model, composite=k, **common), [("grad", n)],
+                                  composite))
         elif name == "scorecam":
             cases.append(Case(name, lambda c=cls: c(model, layer=few, **common),
                               [("layer_grad", n), ("forward", n * channels)], f"{few.name}: {channels} ch"))
@@ -300,6 +301,8 @@ def main() -> None:
     parser.add_argument("--score-channels", type=int, default=64,
                         help="Score-/Ablation-CAM use the last layer with at most this many channels")
     parser.add_argument("--jit", action="store_true", help="also run everything with jit_compile=True (XLA)")
+    parser.add_argument("--lrp-composites", nargs="+", default=["epsilon_plus"],
+                        help="LRP composites, one row each (default: epsilon_plus)")
     parser.add_argument("--fuse", action="store_true",
                         help="also run DeepLIFT / DeepLiftShap with fuse_rules=True (one XLA kernel per rule)")
     parser.add_argument("--memory", action="store_true", help="peak memory for N and 2N images at fixed --chunk")

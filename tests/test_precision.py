@@ -221,6 +221,40 @@ def test_a_model_computing_in_float16_is_refused_in_bfloat16_it_runs(name):
     assert np.linalg.norm(got - want) <= 0.1 * np.linalg.norm(want)
 
 
+def _batchnorm_cnn(dtype: str) -> keras.Model:
+    """Conv2D and DepthwiseConv2D, each followed by a BatchNormalization (canonised by LRP), in ``dtype``'s policy."""
+    x_in = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", dtype=dtype, kernel_initializer=_init(31), name="c1")(x_in)
+    x = keras.layers.ReLU(dtype=dtype)(keras.layers.BatchNormalization(dtype=dtype, name="bn1")(x))
+    x = keras.layers.DepthwiseConv2D(3, padding="same", dtype=dtype, depthwise_initializer=_init(32), name="dw")(x)
+    x = keras.layers.ReLU(6.0, dtype=dtype)(keras.layers.BatchNormalization(dtype=dtype, name="bn2")(x))
+    x = keras.layers.GlobalAveragePooling2D(dtype=dtype)(x)
+    return keras.Model(x_in, keras.layers.Dense(3, dtype=dtype, kernel_initializer=_init(33), name="head")(x))
+
+
+@pytest.mark.parametrize("composite", ["epsilon", "epsilon_plus"])
+def test_lrp_canonises_batchnorm_in_bfloat16(composite):
+    """The fused kernel of a Conv + BatchNormalization pair was float32 (BatchNormalization reads its variables
+    without autocast) on a bfloat16 input: a TypeError from inside the convolution, for a mixed_bfloat16 model
+    and for precision='bfloat16' alike."""
+    half, full = _batchnorm_cnn("mixed_bfloat16"), _batchnorm_cnn("float32")
+    rng = np.random.default_rng(5)  # the same weights on every backend; BatchNormalization variances positive
+    weights = [rng.uniform(0.5, 1.5, w.shape) if w.ndim == 1 else rng.normal(0, 0.5, w.shape)
+               for w in full.get_weights()]
+    full.set_weights([w.astype("float32") for w in weights])
+    half.set_weights([w.astype("float32") for w in weights])
+    x = rng.random((2, 8, 8, 3)).astype("float32")
+    want = ks.LRP(full, composite=composite).explain(x, 1)
+    for model, options in ((half, {}), (full, {"precision": "bfloat16"})):
+        got = ks.LRP(model, composite=composite, **options).explain(x, 1)
+        assert np.all(np.isfinite(got.attributions))
+        # ε divides by z + ε sign(z): near-zero z amplify bfloat16's 8-bit rounding (0.145 relative L2 here, on all
+        # three backends); z⁺'s denominators stay away from 0 (0.007-0.011)
+        bound = 0.25 if composite == "epsilon" else 0.05
+        assert np.linalg.norm(got.attributions - want.attributions) <= bound * np.linalg.norm(want.attributions)
+        np.testing.assert_allclose(got.scores, want.scores, rtol=0.05, atol=0.02 * np.abs(want.scores).max())
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CLI is backend-independent; its pass is tested above")
 def test_cli_precision_flag_matches_python_api(tmp_path, capsys):
     from kerascope.cli import main

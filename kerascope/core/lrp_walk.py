@@ -510,6 +510,9 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                     y = __f(inputs, *args, **kwargs)
                     return passed(inputs, lambda _: y)  # zennit: Pass
                 _, affine, x, apply, positive = entry
+                # in the pair's compute dtype: a mixed-precision model's BatchNormalization reads its variables
+                # in float32 (no autocast), and a float32 kernel on a bfloat16 / float16 input fails in the conv
+                fused = tuple(None if t is None else keras.ops.cast(t, x.dtype) for t in fused)
                 if apply.owns_output(*fused):  # ε / LRP-0: the first term is the pair's output, one convolution
                     return apply(affine, x, *fused, nonneg=positive)  # (the affine layer's own is then unused)
                 return apply(affine, x, *fused, y=__f(inputs, *args, **kwargs), nonneg=positive)

@@ -88,6 +88,8 @@ class Rule:
     """
 
     name = "rule"
+    #: The first term is ``x`` with the layer's own parameters: the layer's output itself (ε, LRP-0, zᴮ).
+    first_term_is_output = False
 
     def terms(self, kernel: Any, bias: Any) -> list[Term]:
         raise NotImplementedError
@@ -107,6 +109,7 @@ class Epsilon(Rule):
 
     epsilon: float = 1e-6
     name = "epsilon"
+    first_term_is_output = True
 
     def terms(self, kernel: Any, bias: Any) -> list[Term]:
         return [("x", kernel, bias, 1.0)]
@@ -235,6 +238,7 @@ class ZBox(Rule):
     high: Any = 1.0
     stabilizer: float = 1e-6
     name = "zbox"
+    first_term_is_output = True
 
     def _key(self) -> tuple[Any, ...]:
         bounds = [np.asarray(v, np.float32) for v in (self.low, self.high)]

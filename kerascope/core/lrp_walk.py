@@ -421,13 +421,15 @@ class _Apply:
 
 
     def owns_output(self, kernel: Any, bias: Any) -> bool:
-        """Whether the rule's first term is ``x`` with these parameters: the layer's output itself (ε, LRP-0).
+        """Whether the rule's first term is ``x`` with these parameters: the layer's output itself (ε, LRP-0, zᴮ).
 
         Example:
             >>> from kerascope.core.lrp_rules import Epsilon, ZPlus
             >>> _Apply(Epsilon()).owns_output(1.0, 0.0), _Apply(ZPlus()).owns_output(1.0, 0.0)
             (True, False)
         """
+        if not self.rule.first_term_is_output:  # (no terms built for nothing: γ / αβ / flat compute kernels)
+            return False
         mode, k, b, c = self.rule.terms(kernel, bias)[0]
         return mode == "x" and k is kernel and b is bias and c == 1.0
 
@@ -510,11 +512,14 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                     y = __f(inputs, *args, **kwargs)
                     return passed(inputs, lambda _: y)  # zennit: Pass
                 _, affine, x, apply, positive = entry
-                # in the pair's compute dtype: a mixed-precision model's BatchNormalization reads its variables
-                # in float32 (no autocast), and a float32 kernel on a bfloat16 / float16 input fails in the conv
-                fused = tuple(None if t is None else keras.ops.cast(t, x.dtype) for t in fused)
-                if apply.owns_output(*fused):  # ε / LRP-0: the first term is the pair's output, one convolution
-                    return apply(affine, x, *fused, nonneg=positive)  # (the affine layer's own is then unused)
+                # in the pair's compute dtype (its linear output's): a mixed-precision model's BatchNormalization
+                # reads its variables in float32 (no autocast), and a float32 kernel on a bfloat16 input fails
+                fused = tuple(None if t is None else keras.ops.cast(t, inputs.dtype) for t in fused)
+                # ε / LRP-0 / zᴮ: the first term is the pair's output, one convolution (the affine layer's own is
+                # then unused); not in 16-bit, where the BatchNormalization's float32 arithmetic gives the value
+                full = keras.backend.standardize_dtype(inputs.dtype) in ("float32", "float64")
+                if full and apply.owns_output(*fused):
+                    return apply(affine, x, *fused, nonneg=positive)
                 return apply(affine, x, *fused, y=__f(inputs, *args, **kwargs), nonneg=positive)
 
             stack.enter_context(patched_attribute(layer, "call", bn_call))

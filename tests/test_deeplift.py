@@ -53,15 +53,19 @@ def test_linear_model_is_weight_times_difference():
                                     ("softplus", lambda z: np.log1p(np.exp(z)))])
 @pytest.mark.parametrize("fuse", OPS_AND_FUSED)
 def test_rescale_rule_closed_form(act, f, fuse):
-    model = dense_model([6, 2], [act, None], 4)
+    assert_rescale_closed_form(dense_model([6, 2], [act, None], 4), f, 1, fuse, rtol=1e-3)
+
+
+def assert_rescale_closed_form(model: keras.Model, f, target: int, fuse, rtol: float) -> None:
+    """Dense -> f -> Dense: DeepLIFT equals ``(x - x') ((m w2[:, target]) @ w1.T)``, ``m = Δf(z) / Δz``."""
     w1, b1, w2, _ = model.get_weights()
     x = RNG.normal(size=(5, 4)).astype(np.float32)
     ref = RNG.normal(size=4).astype(np.float32)
     z, z0 = x @ w1 + b1, ref @ w1 + b1
     m = (f(z) - f(z0)) / (z - z0)
-    expected = (x - ref) * ((m * w2[:, 1]) @ w1.T)
-    e = ks.DeepLIFT(model, baseline=ref, fuse_rules=fuse).explain(x, 1)
-    np.testing.assert_allclose(e.attributions, expected, rtol=1e-3, atol=1e-5)
+    expected = (x - ref) * ((m * w2[:, target]) @ w1.T)
+    e = ks.DeepLIFT(model, baseline=ref, fuse_rules=fuse).explain(x, target)
+    np.testing.assert_allclose(e.attributions, expected, rtol=rtol, atol=1e-5)
     assert summation_ok(e)
 
 
@@ -79,15 +83,7 @@ def test_rescale_rule_closed_form_on_activation_layers(layer, f, fuse):
     model = keras.Model(inputs, keras.layers.Dense(2, name="d1")(layer()(hidden)))
     rng = np.random.default_rng(3)
     model.set_weights([rng.normal(0, 1, w.shape).astype(np.float32) for w in model.get_weights()])
-    w1, b1, w2, _ = model.get_weights()
-    x = RNG.normal(size=(5, 4)).astype(np.float32)
-    ref = RNG.normal(size=4).astype(np.float32)
-    z, z0 = x @ w1 + b1, ref @ w1 + b1
-    m = (f(z) - f(z0)) / (z - z0)
-    expected = (x - ref) * ((m * w2[:, 0]) @ w1.T)
-    e = ks.DeepLIFT(model, baseline=ref, fuse_rules=fuse).explain(x, 0)
-    np.testing.assert_allclose(e.attributions, expected, rtol=1e-4, atol=1e-5)
-    assert summation_ok(e)
+    assert_rescale_closed_form(model, f, 0, fuse, rtol=1e-4)
 
 
 @pytest.mark.parametrize("fuse", OPS_AND_FUSED)

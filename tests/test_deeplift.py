@@ -99,7 +99,8 @@ def test_rescale_rule_falls_back_to_the_gradient_where_the_input_difference_is_z
     np.testing.assert_allclose(e.attributions, [[v * slope, -v * slope]], rtol=1e-5)
 
 
-def test_max_pool_rule_closed_form():
+@pytest.mark.parametrize("fuse", OPS_AND_FUSED)
+def test_max_pool_rule_closed_form(fuse):
     # windows [3, 0] vs reference [3, 4]: y - y' = -1 goes to the reference's argmax (index 1);
     # windows [1, 5] vs [2, 0]: y - y' = 3 goes to the input's argmax (index 3).
     model = keras.Sequential([keras.Input((4, 1)), keras.layers.MaxPooling1D(2), keras.layers.Flatten(),
@@ -107,8 +108,69 @@ def test_max_pool_rule_closed_form():
     model.get_layer("w").set_weights([np.array([[2.0], [-1.5]], np.float32)])
     x = np.array([3.0, 0.0, 1.0, 5.0], np.float32).reshape(1, 4, 1)
     ref = np.array([3.0, 4.0, 2.0, 0.0], np.float32).reshape(4, 1)
-    e = ks.DeepLIFT(model, baseline=ref).explain(x, 0)
+    e = ks.DeepLIFT(model, baseline=ref, fuse_rules=fuse).explain(x, 0)
     np.testing.assert_allclose(e.attributions[0, :, 0], [0.0, 2.0 * -1.0, 0.0, -1.5 * 3.0], atol=1e-6)
+
+
+def captum_max_pool_multipliers(x, ref, dy, pool, padding):
+    """Captum's max-pool rule, window by window in numpy: ``x`` (N, *spatial, C), ``ref`` (*spatial, C).
+
+    Non-overlapping windows (``pool`` per axis; ``padding`` as Keras: "same" centres the windows, the
+    odd padding after); each window's first maximum (row-major) of the input gets ``dy * (max(y, y') - y')``
+    and its gradient, the reference's first maximum ``dy * (y - max(y, y'))``; divided by ``x - x'``.
+    """
+    spatial = x.shape[1:-1]
+    numerator, gradient = np.zeros_like(x, np.float64), np.zeros_like(x, np.float64)
+    starts = []
+    for n, p in zip(spatial, pool):
+        count = -(-n // p) if padding == "same" else n // p
+        before = (count * p - n) // 2 if padding == "same" else 0
+        starts.append([o * p - before for o in range(count)])
+    for i in range(x.shape[0]):
+        for out in np.ndindex(*(len(s) for s in starts)):
+            window = tuple(slice(max(s[o], 0), min(s[o] + p, n)) for s, o, p, n in zip(starts, out, pool, spatial))
+            for c in range(x.shape[-1]):
+                xw, rw = x[(i, *window, c)], ref[(*window, c)]
+                ix = np.unravel_index(np.argmax(xw), xw.shape)
+                ir = np.unravel_index(np.argmax(rw), rw.shape)
+                y, yr, g = xw.max(), rw.max(), dy[(i, *out, c)]
+                top = max(y, yr)
+                at_x, at_r = ((i, *(w.start + k for w, k in zip(window, idx)), c) for idx in (ix, ir))
+                numerator[at_x] += g * (top - yr)
+                numerator[at_r] += g * (y - top)
+                gradient[at_x] += g
+    delta = x - ref
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.abs(delta) < 1e-10, gradient, numerator / delta)
+
+
+@pytest.mark.parametrize("shape, pool, padding", [
+    ((7, 3), (2,), "valid"),  # the last position is in no window
+    ((7, 8, 2), (3, 3), "same"),  # padded: one before and one after on the first axis, one after on the second
+    ((6, 7, 2), (2, 3), "valid"),
+    ((5, 6, 3), None, "valid"),  # a global max pooling: one window
+])
+@pytest.mark.parametrize("group", [None, 3])
+def test_max_pool_rule_on_tiling_windows_is_captums(shape, pool, padding, group):
+    from kerascope.core.deeplift_rules import Shared, maxpool_windows_backward
+
+    rng = np.random.default_rng(len(shape) + (group or 0))
+    # integer values: windows with tied maxima, inputs equal to their reference at some positions
+    x = np.round(rng.normal(0, 1.2, (6, *shape))).astype(np.float32)
+    out_shape = [1 if pool is None else (-(-n // p) if padding == "same" else n // p)
+                 for n, p in zip(shape[:-1], pool or shape[:-1])]
+    dy = rng.normal(size=(6, *out_shape, shape[-1])).astype(np.float32)
+    layout = Shared(group)
+    got = maxpool_windows_backward([keras.ops.convert_to_tensor(x)], None, keras.ops.convert_to_tensor(dy), None,
+                                   layout, pool, padding)[0]
+    got = keras.ops.convert_to_numpy(got)
+    rows = [list(range(5)) + [5]] if group is None else [[0, 1, 2], [3, 4, 5]]
+    for *inputs, reference in rows:
+        want = captum_max_pool_multipliers(x[inputs], x[reference], dy[inputs], pool or shape[:-1], padding)
+        np.testing.assert_allclose(got[inputs], want, rtol=1e-6, atol=1e-6)
+        # a reference row keeps its ordinary gradient (its difference with itself is 0)
+        own = captum_max_pool_multipliers(x[[reference]], x[reference], dy[[reference]], pool or shape[:-1], padding)
+        np.testing.assert_allclose(got[[reference]], own, rtol=1e-6, atol=1e-6)
 
 
 def test_product_rule_closed_form():
@@ -255,12 +317,13 @@ def test_deeplift_shap_averages_deeplift_over_the_background(monkeypatch):
 # ----------------------------------------------------- real architectures
 @pytest.mark.parametrize("name", [
     "ResNet50",
+    "VGG16",  # the first seed's model: five 2x2 max poolings
     pytest.param("DenseNet121", marks=pytest.mark.slow),
     pytest.param("EfficientNetB0", marks=pytest.mark.slow),
 ])
 @pytest.mark.parametrize("fuse", DEFAULT_AND_FUSED)
 def test_summation_to_delta_on_keras_applications(name, unchanged, fuse):
-    if name == "ResNet50" and keras.backend.backend() != "tensorflow":
+    if name in ("ResNet50", "VGG16") and keras.backend.backend() != "tensorflow":
         pytest.skip("one architecture per CI run is enough; tests/test_backend_parity.py covers the backends")
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=5)

@@ -3,6 +3,7 @@
 The numbers of the fused rules are checked against closed forms and Captum with the rest
 (tests/test_deeplift.py, tests/test_captum_crosscheck.py: both run with ``fuse_rules=True``);
 here: which sites fuse, that equal sites share one kernel (one compilation per shape), the
+max-pool rule on tiling windows (one kernel from the windows, against the routed rule), the
 default's row threshold, reduced precision left to the separate ops, and that the kernel cache
 keeps no user model alive.
 """
@@ -100,6 +101,65 @@ def test_grouped_and_paired_passes_fused_equal_the_separate_ops(activation):
         np.testing.assert_allclose(fused.attributions, plain.attributions, rtol=0, atol=1e-6 * scale)
         np.testing.assert_allclose(fused.extras["completeness_error"], plain.extras["completeness_error"],
                                    atol=1e-6 * np.abs(plain.scores).max())
+
+
+def pooled(pool: keras.Layer, shape: tuple[int, ...], seed: int = 7) -> keras.Model:
+    """conv(relu) -> ``pool`` -> conv(relu) -> global max pool -> dense: two max-pool rules per pass."""
+    keras.utils.set_random_seed(seed)
+    conv = keras.layers.Conv1D if len(shape) == 2 else keras.layers.Conv2D
+    gmax = keras.layers.GlobalMaxPooling1D if len(shape) == 2 else keras.layers.GlobalMaxPooling2D
+    return keras.Sequential([keras.Input(shape), conv(4, 3, padding="same", activation="relu"), pool,
+                             conv(5, 3, padding="same", activation="relu"), gmax(), keras.layers.Dense(3)])
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (keras.layers.MaxPooling2D(2), (13, 11, 3)),  # "valid": the last row and column in no window
+    (keras.layers.MaxPooling2D(3, padding="same"), (13, 11, 3)),
+    (keras.layers.MaxPooling2D((3, 2)), (12, 10, 3)),
+    (keras.layers.MaxPooling1D(2, padding="same"), (9, 3)),
+], ids=["2x2 valid", "3x3 same", "3x2", "1d same"])
+def test_tiling_max_poolings_fuse_and_equal_the_separate_ops(pool, shape):
+    counting = Counting()
+    model = pooled(pool, shape)
+    rng = np.random.default_rng(8)
+    x = np.round(rng.normal(0, 1.5, (5, *shape))).astype(np.float32)  # tied maxima in many windows
+    background = np.round(rng.normal(0, 1.5, (3, *shape))).astype(np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf_fused, "kernel", counting)
+        for make in (lambda f: ks.DeepLIFT(model, fuse_rules=f),
+                     lambda f: ks.DeepLiftShap(model, baseline=background, fuse_rules=f)):  # one pass of 3 groups
+            counting.keys.clear()
+            fused, plain = make(True).explain(x, [0, 1, 2, 0, 1]), make(False).explain(x, [0, 1, 2, 0, 1])
+            pools = [k for k in counting.keys if k[0] == "deeplift_maxpool"]
+            assert len(pools) == 2  # the pooling and the global one, each one kernel
+            np.testing.assert_allclose(fused.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(fused.extras["completeness_error"], plain.extras["completeness_error"],
+                                       atol=1e-5 * np.abs(plain.scores).max())
+
+
+@pytest.mark.parametrize("pool", [
+    keras.layers.MaxPooling2D(3, strides=2),  # overlapping windows
+    keras.layers.MaxPooling2D(2, data_format="channels_first"),
+    keras.layers.MaxPooling3D(2),  # rank-8 windows: past TensorFlow's broadcasting kernels
+    keras.layers.AveragePooling2D(2),  # linear: no rule at all
+    type("MyPool", (keras.layers.MaxPooling2D,), {})(2),  # a subclass may pool differently
+], ids=["overlapping", "channels first", "3d", "average", "subclass"])
+def test_other_max_poolings_keep_the_routed_rule(pool):
+    assert deeplift_rules.pooling_windows(pool) is None
+    assert deeplift_rules.fusable(pool, "maxpool") is None
+
+
+def test_paired_references_keep_the_routed_max_pool_rule():
+    counting = Counting()
+    model = pooled(keras.layers.MaxPooling2D(2), (8, 8, 2), seed=9)
+    rng = np.random.default_rng(9)
+    x, per_sample = rng.normal(size=(2, 8, 8, 2)).astype(np.float32), rng.normal(size=(2, 8, 8, 2)).astype(np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf_fused, "kernel", counting)
+        fused = ks.DeepLIFT(model, baseline=per_sample, fuse_rules=True).explain(x, 1)
+    assert counting.keys and not [k for k in counting.keys if k[0] == "deeplift_maxpool"]
+    plain = ks.DeepLIFT(model, baseline=per_sample, fuse_rules=False).explain(x, 1)
+    np.testing.assert_allclose(fused.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
 
 
 def test_other_backends_and_reduced_precision_run_one_pass_kind():

@@ -36,8 +36,13 @@ def child(model_name: str, size: int, images: int, fuse: bool | None, changing: 
 
     import kerascope as ks
 
-    build = {"mobilenetv2": keras.applications.MobileNetV2, "resnet50": keras.applications.ResNet50}[model_name]
-    model = build(weights=None, input_shape=(size, size, 3))
+    if model_name == "demo":  # the shipped CNN (two 2x2 max poolings), 64 px whatever --size says
+        from kerascope.data import demo_model_path
+        model, size = ks.load_model(demo_model_path()), 64
+    else:
+        build = {"mobilenetv2": keras.applications.MobileNetV2, "resnet50": keras.applications.ResNet50,
+                 "vgg16": keras.applications.VGG16}[model_name]
+        model = build(weights=None, input_shape=(size, size, 3))
     x = np.random.default_rng(0).uniform(size=(max([images, *changing]), size, size, 3)).astype("float32")
     explainer = ks.DeepLIFT(model, fuse_rules=fuse)
     out: dict[str, float | list[float]] = {}
@@ -57,7 +62,7 @@ def child(model_name: str, size: int, images: int, fuse: bool | None, changing: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="mobilenetv2", choices=["mobilenetv2", "resnet50"])
+    parser.add_argument("--model", default="mobilenetv2", choices=["demo", "mobilenetv2", "resnet50", "vgg16"])
     parser.add_argument("--size", type=int, default=160)
     parser.add_argument("--images", nargs="+", type=int, default=[8, 32, 256])
     parser.add_argument("--rounds", type=int, default=2)
@@ -69,7 +74,8 @@ def main() -> None:
         fuse = {"None": None, "True": True, "False": False}[args.child[2]]
         child(args.model, args.size, int(args.child[0]), fuse, [int(v) for v in args.child[1].split(",") if v])
         return
-    print(f"{args.model} {args.size} px, wall s (CPU s), median of {args.rounds} fresh processes per cell; "
+    size = 64 if args.model == "demo" else args.size  # the demo CNN takes 64 px
+    print(f"{args.model} {size} px, wall s (CPU s), median of {args.rounds} fresh processes per cell; "
           f"load_avg={','.join(f'{v:.1f}' for v in os.getloadavg())}")
     print(f"{'N':>5} {'setting':<9} {'first call':>16} {'second call':>16}   calls with N = {args.changing}")
     for images in args.images:

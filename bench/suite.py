@@ -94,11 +94,13 @@ def build_model(name: str, size: int = 224) -> keras.Model:
         return keras.applications.MobileNetV2(weights=None, classifier_activation=None, input_shape=(size, size, 3))
     if name == "resnet50":
         return keras.applications.ResNet50(weights=None, classifier_activation=None, input_shape=(size, size, 3))
+    if name == "vgg16":  # the first seed's model: five 2x2 max poolings (DeepLIFT's max-pool rule)
+        return keras.applications.VGG16(weights=None, classifier_activation=None, input_shape=(size, size, 3))
     if name == "demo":
         from kerascope.data import demo_model_path
 
         return ks.load_model(demo_model_path())
-    raise SystemExit(f"Unknown model. Received: --models {name!r}. Expected mobilenetv2, resnet50 or demo.")
+    raise SystemExit(f"Unknown model. Received: --models {name!r}. Expected mobilenetv2, resnet50, vgg16 or demo.")
 
 
 def few_channel_layer(model: keras.Model, limit: int) -> keras.Layer:

@@ -228,9 +228,13 @@ def test_summation_to_delta_on_every_supported_layer(unchanged, fuse):
     x = RNG.uniform(0, 1, (4, 8, 8, 3)).astype(np.float32)
     e = ks.DeepLIFT(model, baseline=0.25, batch_size=4, fuse_rules=fuse).explain(x)
     assert summation_ok(e) and np.all(np.abs(e.scores - e.extras["baseline_scores"]) > 1e-3)
-    # batching does not change anything
+    # batching does not change anything beyond float32 rounding: the convolutions round differently for 1 and
+    # 5 rows, and on an AVX2-only CPU one position of one sample here moved by 8e-5 of the map's scale (its
+    # sum unchanged, most likely a near tie decided by rounding), past the earlier atol=1e-6
     alone = ks.DeepLIFT(model, baseline=0.25, fuse_rules=fuse).explain(x[2:3])
-    np.testing.assert_allclose(alone.attributions[0], e.attributions[2], rtol=1e-4, atol=1e-6)
+    scale = np.abs(e.attributions[2]).max()
+    np.testing.assert_allclose(alone.attributions[0], e.attributions[2], rtol=1e-4, atol=5e-4 * scale)
+    assert np.mean(np.abs(alone.attributions[0] - e.attributions[2]) <= 1e-4 * scale) > 0.99
     check()
     ops = [op for op in model.operations if not isinstance(op, keras.Layer)]
     assert ops and all("call" not in vars(op) for op in ops)

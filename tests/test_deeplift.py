@@ -115,6 +115,9 @@ def test_max_pool_rule_closed_form(fuse):
 def captum_max_pool_multipliers(x, ref, dy, pool, padding):
     """Captum's max-pool rule, window by window in numpy: ``x`` (N, *spatial, C), ``ref`` (*spatial, C).
 
+    The padding formula is TensorFlow's documented "same" padding; the model-level tests in
+    tests/test_deeplift_fused.py compare with the pooling's real gradient as well.
+
     Non-overlapping windows (``pool`` per axis; ``padding`` as Keras: "same" centres the windows, the
     odd padding after); each window's first maximum (row-major) of the input gets ``dy * (max(y, y') - y')``
     and its gradient, the reference's first maximum ``dy * (y - max(y, y'))``; divided by ``x - x'``.
@@ -148,7 +151,6 @@ def captum_max_pool_multipliers(x, ref, dy, pool, padding):
     ((7, 3), (2,), "valid"),  # the last position is in no window
     ((7, 8, 2), (3, 3), "same"),  # padded: one before and one after on the first axis, one after on the second
     ((6, 7, 2), (2, 3), "valid"),
-    ((5, 6, 3), None, "valid"),  # a global max pooling: one window
 ])
 @pytest.mark.parametrize("group", [None, 3])
 def test_max_pool_rule_on_tiling_windows_is_captums(shape, pool, padding, group):
@@ -157,8 +159,7 @@ def test_max_pool_rule_on_tiling_windows_is_captums(shape, pool, padding, group)
     rng = np.random.default_rng(len(shape) + (group or 0))
     # integer values: windows with tied maxima, inputs equal to their reference at some positions
     x = np.round(rng.normal(0, 1.2, (6, *shape))).astype(np.float32)
-    out_shape = [1 if pool is None else (-(-n // p) if padding == "same" else n // p)
-                 for n, p in zip(shape[:-1], pool or shape[:-1])]
+    out_shape = [-(-n // p) if padding == "same" else n // p for n, p in zip(shape[:-1], pool)]
     dy = rng.normal(size=(6, *out_shape, shape[-1])).astype(np.float32)
     layout = Shared(group)
     got = maxpool_windows_backward([keras.ops.convert_to_tensor(x)], None, keras.ops.convert_to_tensor(dy), None,
@@ -166,10 +167,10 @@ def test_max_pool_rule_on_tiling_windows_is_captums(shape, pool, padding, group)
     got = keras.ops.convert_to_numpy(got)
     rows = [list(range(5)) + [5]] if group is None else [[0, 1, 2], [3, 4, 5]]
     for *inputs, reference in rows:
-        want = captum_max_pool_multipliers(x[inputs], x[reference], dy[inputs], pool or shape[:-1], padding)
+        want = captum_max_pool_multipliers(x[inputs], x[reference], dy[inputs], pool, padding)
         np.testing.assert_allclose(got[inputs], want, rtol=1e-6, atol=1e-6)
         # a reference row keeps its ordinary gradient (its difference with itself is 0)
-        own = captum_max_pool_multipliers(x[[reference]], x[reference], dy[[reference]], pool or shape[:-1], padding)
+        own = captum_max_pool_multipliers(x[[reference]], x[reference], dy[[reference]], pool, padding)
         np.testing.assert_allclose(got[[reference]], own, rtol=1e-6, atol=1e-6)
 
 

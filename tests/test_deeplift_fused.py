@@ -131,7 +131,7 @@ def test_tiling_max_poolings_fuse_and_equal_the_separate_ops(pool, shape):
             counting.keys.clear()
             fused, plain = make(True).explain(x, [0, 1, 2, 0, 1]), make(False).explain(x, [0, 1, 2, 0, 1])
             pools = [k for k in counting.keys if k[0] == "deeplift_maxpool"]
-            assert len(pools) == 2  # the pooling and the global one, each one kernel
+            assert len(pools) == 1  # the pooling; not the global one (below)
             np.testing.assert_allclose(fused.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
             np.testing.assert_allclose(fused.extras["completeness_error"], plain.extras["completeness_error"],
                                        atol=1e-5 * np.abs(plain.scores).max())
@@ -141,12 +141,25 @@ def test_tiling_max_poolings_fuse_and_equal_the_separate_ops(pool, shape):
     keras.layers.MaxPooling2D(3, strides=2),  # overlapping windows
     keras.layers.MaxPooling2D(2, data_format="channels_first"),
     keras.layers.MaxPooling3D(2),  # rank-8 windows: past TensorFlow's broadcasting kernels
+    keras.layers.GlobalMaxPooling2D(),  # a max reduction: its gradient splits ties evenly
     keras.layers.AveragePooling2D(2),  # linear: no rule at all
     type("MyPool", (keras.layers.MaxPooling2D,), {})(2),  # a subclass may pool differently
-], ids=["overlapping", "channels first", "3d", "average", "subclass"])
+], ids=["overlapping", "channels first", "3d", "global", "average", "subclass"])
 def test_other_max_poolings_keep_the_routed_rule(pool):
     assert deeplift_rules.pooling_windows(pool) is None
     assert deeplift_rules.fusable(pool, "maxpool") is None
+
+
+def test_a_tie_in_a_global_max_pooling_splits_as_its_gradient_does():
+    # max(2, 2, 0) - max(0, 0, 0) = 2: TensorFlow's (and JAX's) gradient of a max reduction gives each tied
+    # input half; a fused pooling would give the first all of it. Fused or not, the numbers must not change.
+    model = keras.Sequential([keras.Input((3, 1)), keras.layers.GlobalMaxPooling1D(),
+                              keras.layers.Dense(1, use_bias=False, name="w")])
+    model.get_layer("w").set_weights([np.ones((1, 1), np.float32)])
+    x = np.array([2.0, 2.0, 0.0], np.float32).reshape(1, 3, 1)
+    for fuse in (True, False):
+        np.testing.assert_allclose(ks.DeepLIFT(model, fuse_rules=fuse).explain(x, 0).attributions.ravel(),
+                                   [1.0, 1.0, 0.0])
 
 
 def test_paired_references_keep_the_routed_max_pool_rule():

@@ -294,33 +294,31 @@ def maxpool_shared_backward(
 
 #: Max-pooling layers whose windows can tile the input (``pool_size == strides``): :func:`pooling_windows`.
 #: 1D / 2D only: a 3D pooling's windows are rank-8 tensors, past what TensorFlow's broadcasting kernels take.
+#: Not the global poolings: they are a ``max`` reduction, whose gradient splits a tie evenly (TensorFlow,
+#: JAX), where a pooling's gives it to the first maximum.
 TILED_MAXPOOL_LAYERS = ("MaxPooling1D", "MaxPooling2D")
-GLOBAL_MAXPOOL_LAYERS = ("GlobalMaxPooling1D", "GlobalMaxPooling2D")
 
 
-def pooling_windows(layer: Any) -> tuple[tuple[int, ...] | None, str] | None:
+def pooling_windows(layer: Any) -> tuple[tuple[int, ...], str] | None:
     """``(pool_size, padding)`` of a max pooling whose windows tile its input, else ``None``.
 
     Exactly a built-in ``MaxPooling1D/2D`` with ``pool_size == strides``
-    (``"valid"`` or ``"same"``) or a ``GlobalMaxPooling1D/2D`` (``pool_size``
-    is ``None``: one window over all positions), channels last. Such a pooling
-    is a reshape and a maximum, so :func:`maxpool_windows_backward` can run
-    Captum's rule without routing gradients through the pooling's own
-    backward pass. Overlapping windows, channels first, 3D poolings and
+    (``"valid"`` or ``"same"``), channels last. Such a pooling is a reshape
+    and a maximum, so :func:`maxpool_windows_backward` can run Captum's rule
+    without routing gradients through the pooling's own backward pass.
+    Overlapping windows, channels first, 3D and global poolings and
     subclasses keep :func:`maxpool_shared_backward`.
 
     Example:
         >>> import keras
-        >>> pooling_windows(keras.layers.MaxPooling2D(2)), pooling_windows(keras.layers.GlobalMaxPooling1D())
-        (((2, 2), 'valid'), (None, 'valid'))
-        >>> pooling_windows(keras.layers.MaxPooling2D(3, strides=2)) is None
-        True
+        >>> pooling_windows(keras.layers.MaxPooling2D(2)), pooling_windows(keras.layers.MaxPooling1D(3, padding="same"))
+        (((2, 2), 'valid'), ((3,), 'same'))
+        >>> pooling_windows(keras.layers.MaxPooling2D(3, strides=2)), pooling_windows(keras.layers.GlobalMaxPooling2D())
+        (None, None)
     """
     name = type(layer).__name__
     if type(layer) is not getattr(keras.layers, name, None) or getattr(layer, "data_format", None) != "channels_last":
         return None
-    if name in GLOBAL_MAXPOOL_LAYERS:
-        return None, "valid"
     if name not in TILED_MAXPOOL_LAYERS:
         return None
     pool, strides = tuple(int(p) for p in layer.pool_size), tuple(int(s) for s in layer.strides)
@@ -330,10 +328,9 @@ def pooling_windows(layer: Any) -> tuple[tuple[int, ...] | None, str] | None:
 
 
 def _window_shape(
-    spatial: tuple[int, ...], pool: tuple[int, ...] | None, padding: str
-) -> tuple[tuple[int, ...], tuple[int, ...], list[tuple[int, int]]]:
-    """``(pool, windows per axis, (before, after) per axis)``: after < 0 crops what ``"valid"`` drops."""
-    pool = tuple(spatial) if pool is None else pool
+    spatial: tuple[int, ...], pool: tuple[int, ...], padding: str
+) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
+    """``(windows per axis, (before, after) per axis)``: after < 0 crops what ``"valid"`` drops."""
     counts, edges = [], []
     for n, p in zip(spatial, pool, strict=True):
         count = -(-n // p) if padding == "same" else n // p
@@ -341,21 +338,22 @@ def _window_shape(
         before = extra // 2 if extra > 0 else 0
         counts.append(count)
         edges.append((before, extra - before))
-    return pool, tuple(counts), edges
+    return tuple(counts), edges
 
 
 def maxpool_windows_backward(
-    xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]], layout: Shared,
-    pool: tuple[int, ...] | None, padding: str,
+    xs: list[Any], y: Any, dy: Any, vjp: Callable[[Any], list[Any]] | None, layout: Shared,
+    pool: tuple[int, ...], padding: str,
 ) -> list[Any]:
     """Captum's max-pooling rule for windows that tile the input, from a reshape of ``x`` alone.
 
     The same multipliers as :func:`maxpool_shared_backward` (each window
     passes back ``dy * (y - y')``, split between the input's argmax and the
     reference's, divided by ``x - x'``; a tie goes to the window's first
-    maximum, as the pooling's own gradient does), but every term is an
-    element-wise function of the windows ``(rows, windows..., channels,
-    pool positions)``: no pooling of the reference copies and no routing
+    maximum in row-major order, as the pooling's own gradient does), but
+    every term is an element-wise function of the windows ``(rows, windows_1,
+    pool_1, windows_2, pool_2, ..., channels)``: no pooling of the reference
+    copies and no routing
     through the pooling's backward pass. Under XLA it is one loop over the
     input (TensorFlow, ``fuse_rules``: on the demo model's first pooling
     ~1.7 instead of ~15 ms for 9 rows). ``y`` and ``vjp`` are not used.
@@ -373,17 +371,17 @@ def maxpool_windows_backward(
     ops = keras.ops
     x = xs[0]
     spatial, channels = tuple(int(d) for d in x.shape[1:-1]), int(x.shape[-1])
-    pool, counts, edges = _window_shape(spatial, pool, padding)
+    counts, edges = _window_shape(spatial, pool, padding)
     rank, size = len(spatial), 1
     for p in pool:
         size *= p
-    padded = x
+    framed = x  # cropped ("valid") or padded ("same") to whole windows
     if any(after < 0 for _, after in edges):  # "valid": the positions no window covers
-        padded = padded[(slice(None), *(slice(0, c * p) for c, p in zip(counts, pool)), slice(None))]
+        framed = framed[(slice(None), *(slice(0, c * p) for c, p in zip(counts, pool)), slice(None))]
     if any(before > 0 or after > 0 for before, after in edges):  # "same": padding no window maximum can be
-        padded = ops.pad(padded, [(0, 0), *((b, max(a, 0)) for b, a in edges), (0, 0)], constant_values=float("-inf"))
+        framed = ops.pad(framed, [(0, 0), *((b, max(a, 0)) for b, a in edges), (0, 0)], constant_values=float("-inf"))
     # (rows, windows_1, pool_1, windows_2, pool_2, ..., channels): no transpose, reduced over the pool axes
-    windows = ops.reshape(padded, (-1, *(d for c, p in zip(counts, pool) for d in (c, p)), channels))
+    windows = ops.reshape(framed, (-1, *(n for c, p in zip(counts, pool) for n in (c, p)), channels))
     reduced = tuple(range(2, 2 * rank + 1, 2))
     # each position's row-major index in its window (ties go to the first, as the pooling's own gradient)
     position = ops.reshape(ops.arange(size, dtype="int32"), (1, *(d for p in pool for d in (1, p)), 1))
@@ -392,7 +390,7 @@ def maxpool_windows_backward(
     at_max = ops.cast(position == first, x.dtype)  # one-hot: the window's first maximum
     top_r = layout.reference_rows(top_x)
     top = ops.maximum(top_x, top_r)
-    d = ops.reshape(dy, (-1, *(d for c in counts for d in (c, 1)), channels))
+    d = ops.reshape(dy, (-1, *(n for c in counts for n in (c, 1)), channels))
     numerator = at_max * (d * (top - top_r)) + layout.reference_rows(at_max) * (d * (top_x - top))
     grads = _safe_divide(numerator, windows - layout.reference_rows(windows), at_max * d)
     grads = ops.reshape(grads, (-1, *(c * p for c, p in zip(counts, pool)), channels))
@@ -658,9 +656,10 @@ def deeplift_rules(
     ``shared=True``: inputs then ONE reference row for all of them (the
     batch is ``N + 1`` rows instead of ``2 N``); a :class:`Shared` layout:
     groups of inputs, each followed by their reference row. ``fuse``: the
-    rescale rule of every :func:`fusable` site runs as one kernel where the
-    backend compiles one (TensorFlow: XLA, float32), the same numbers up to
-    float32 rounding.
+    rule of every :func:`fusable` site (the rescale rule; with shared
+    references, the max-pool rule on tiling windows) runs as one kernel where
+    the backend compiles one (TensorFlow: XLA, float32), the same numbers up
+    to float32 rounding.
 
     Example:
         >>> import keras
@@ -698,12 +697,12 @@ def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared, fuse: b
         return op_product
     layout = _layout(shared)
     if kind == "maxpool" and layout is not None:
-        windows = _fuse_key(obj, kind, shared, fuse)
-        if windows is not None:  # one compiled kernel from the windows: no routing, no reference copies
+        tiled_key = _fuse_key(obj, kind, shared, fuse)
+        if tiled_key is not None:  # one compiled kernel from the windows: no routing, no reference copies
             pool, padding = pooling_windows(obj)
             tiled = backend.custom_backward(
                 original, functools.partial(maxpool_windows_backward, layout=layout, pool=pool, padding=padding),
-                f"deeplift_maxpool_{obj.name}", fuse=windows)
+                f"deeplift_maxpool_{obj.name}", fuse=tiled_key)
 
         def both(x: Any, r: Any) -> Any:
             return keras.ops.concatenate([original(x), original(r)], axis=0)
@@ -713,7 +712,7 @@ def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared, fuse: b
 
         def shared_pool(inputs: Any, *args: Any, **kwargs: Any) -> Any:
             x = keras.ops.convert_to_tensor(inputs)
-            if windows is not None and None not in tuple(x.shape[1:]):
+            if tiled_key is not None and None not in tuple(x.shape[1:]):
                 return tiled(x)
             # the reference once per input; no gradient flows to it (the rule returns zeros for it), and
             # without the stop the zeros were summed and scattered back into the batch (a slice gradient
@@ -745,8 +744,8 @@ class DeepLiftBackward:
     input); ``shared=True``: the batch is the inputs and, last, one reference
     row that every input is compared with; ``group=L`` (with ``shared``):
     groups of ``L`` rows, ``L - 1`` inputs then their reference (several
-    references per pass). ``fuse``: the element-wise rules run as one
-    kernel each where the backend compiles one (see :func:`deeplift_rules`;
+    references per pass). ``fuse``: the element-wise rules (and max poolings
+    whose windows tile the input) run as one kernel each where the backend compiles one (see :func:`deeplift_rules`;
     ``DeepLIFT`` decides per call, ``fuse_rules``). Equal objects share one
     compiled function.
 

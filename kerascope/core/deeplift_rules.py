@@ -355,8 +355,8 @@ def maxpool_windows_backward(
     pool_1, windows_2, pool_2, ..., channels)``: no pooling of the reference
     copies and no routing
     through the pooling's backward pass. Under XLA it is one loop over the
-    input (TensorFlow, ``fuse_rules``: on the demo model's first pooling
-    ~1.7 instead of ~15 ms for 9 rows). ``y`` and ``vjp`` are not used.
+    input (TensorFlow, ``fuse_rules``: on the demo model it replaces six
+    ``MaxPoolGrad`` of 14 ms per pass). ``y`` and ``vjp`` are not used.
     ``pool`` / ``padding``: :func:`pooling_windows`; the batch is laid out as
     ``layout`` says (a reference row gets its ordinary gradient).
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core import deeplift_rules
+from kerascope.core import deeplift_rules, fuse_tier
 from kerascope.core.inputs import Inputs
 from kerascope.methods import deeplift as deeplift_module
 
@@ -82,6 +82,37 @@ def test_default_fuses_from_the_row_threshold(monkeypatch):
     assert counting.keys
     counting.keys.clear()
     ks.DeepLiftShap(model, baseline=background, fuse_rules=False).explain(x[:2], 0)
+    assert counting.keys == []
+
+
+def test_repeated_calls_fuse_once_their_saved_time_pays_for_it(monkeypatch):
+    """The default's ski rental (core/fuse_tier.py) on a real model: separate ops until the time the fused
+    rules would have saved reaches the price of fusing, then fused, with the same numbers; ``False`` never."""
+    counting = Counting()
+    monkeypatch.setattr(tf_fused, "kernel", counting)
+    model = relu_stack(max_value=3.5, seed=5)
+    x = np.random.default_rng(5).normal(size=(3, 5)).astype(np.float32)
+    plain = ks.DeepLIFT(model, fuse_rules=False).explain(x, 1)  # (its calls count for the model's default too)
+    # a rule that pays at once (any steady time x 1e9 exceeds the price): a steady time is still needed first
+    monkeypatch.setattr(fuse_tier, "SAVED_FRACTION", 1e9)
+    explainer = ks.DeepLIFT(model)
+    tier = explainer.engine.memo(("deeplift_fuse_tier",), lambda: None)
+    assert tier is not None and tier.kernels == 1  # three ReLU layers of one setting and shape: one kernel
+    for call in range(3):
+        result = explainer.explain(x, 1)
+        np.testing.assert_allclose(result.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
+        assert bool(counting.keys) == (call >= 1)  # the first call of `plain` and this one: a steady time
+    # another number of inputs is another shape: separate again until it pays there
+    counting.keys.clear()
+    explainer.explain(x[:2], 1)
+    assert counting.keys == []
+    # fuse_rules=False never fuses, whatever the rule says
+    ks.DeepLIFT(model, fuse_rules=False).explain(x, 1)
+    assert counting.keys == []
+    # a rule that never pays: the default stays separate
+    monkeypatch.setattr(fuse_tier, "SAVED_FRACTION", 0.0)
+    for _ in range(3):
+        explainer.explain(x[:2], 1)
     assert counting.keys == []
 
 

@@ -516,6 +516,35 @@ def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any], bool] 
     return (*found, exact)
 
 
+def fused_kernels(model: keras.Layer) -> int:
+    """How many fused kernels ``model``'s DeepLIFT rules compile per number of rows (distinct key and shape).
+
+    A site's shape is its layer's output (a max pooling's: its input) where the model
+    knows it; other sites count once each.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, activation="relu"),
+        ...                       keras.layers.Conv2D(2, 3, activation="relu"), keras.layers.MaxPooling2D(2),
+        ...                       keras.layers.Flatten(), keras.layers.Dense(2, activation="relu")])
+        >>> fused_kernels(m)  # ReLU at 6x6x2 and 4x4x2, the pooling, ReLU at 2
+        4
+    """
+    sites, _ = classify(model, [])
+    kernels: set[Hashable] = set()
+    for _, obj, kind in sites:
+        found = fusable(obj, kind)
+        if found is None:
+            continue
+        try:
+            tensor = obj.input if kind == "maxpool" else obj.output
+            shape: Hashable = tuple(tensor.shape[1:])
+        except (AttributeError, ValueError):  # not called in a graph, or called more than once
+            shape = id(obj)
+        kernels.add((kind == "maxpool", found[0], shape))
+    return len(kernels)
+
+
 def _fresh(layer: keras.Layer) -> tuple[Hashable, Callable[[Any], Any]] | None:
     """``(key, call)``: a new layer of ``layer``'s class and settings, built once per key (``None``: unhashable)."""
     config = {k: v for k, v in layer.get_config().items() if k not in ("name", "trainable", "dtype")}

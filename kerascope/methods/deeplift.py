@@ -8,6 +8,7 @@ ReLUs', DeepLIFT every non-linearity's (see :mod:`kerascope.core.deeplift_rules`
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +16,9 @@ import keras
 import numpy as np
 
 from kerascope.core import targets as targets_lib
-from kerascope.core.deeplift_rules import DeepLiftBackward, classify, rules_fuse
+from kerascope.core.deeplift_rules import DeepLiftBackward, classify, fused_kernels, rules_fuse
 from kerascope.core.explanation import Explanation
+from kerascope.core.fuse_tier import FuseTier
 from kerascope.core.inputs import Inputs
 from kerascope.core.precision import UNIT_ROUNDOFF, model_reduced_dtype
 from kerascope.core.probe import softmax_candidates
@@ -35,8 +37,9 @@ from kerascope.methods.registry import register
 
 #: Default ``fuse_rules=None``: calls comparing at least this many inputs with references (a default chunk)
 #: fuse the rules. Below it, XLA's compilations (~0.6 s for each new number of rows on MobileNetV2 at
-#: 160 px) outweigh the gain of the call; from it on the fused first call is about even (fewer temporaries
-#: to allocate) and later ones ~35% faster: docs/performance.md, "DeepLIFT's rules fused".
+#: 160 px) outweigh the gain of one call; from it on the fused first call is about even (fewer temporaries
+#: to allocate) and later ones ~35% faster: docs/performance.md, "DeepLIFT's rules fused". Smaller calls
+#: repeated at one shape fuse once they have paid for it (:class:`~kerascope.core.fuse_tier.FuseTier`).
 FUSE_MIN_ROWS = 32
 
 
@@ -156,10 +159,24 @@ class _Runner:
         self._resolved: np.ndarray | None = None
         #: the reduced precision the passes run in (``precision=``, else the model's own compute dtype)
         self.rounding = method.engine.precision or model_reduced_dtype(method.model)
-        #: fused element-wise rules (``fuse_rules``; by default for ``pairs`` (inputs x references) >= FUSE_MIN_ROWS),
-        #: only where they fuse: float32 passes on a backend that compiles them (else one rule: one trace)
-        wanted = method.fuse_rules if method.fuse_rules is not None else pairs >= FUSE_MIN_ROWS
-        self.fuse = bool(wanted) and self.rounding is None and rules_fuse()
+        #: fused element-wise rules (``fuse_rules``; by default for ``pairs`` (inputs x references) >= FUSE_MIN_ROWS,
+        #: or once repeated calls of this shape have paid for the compilation: :class:`FuseTier`), only where
+        #: they fuse: float32 passes on a backend that compiles them (else one rule: one trace)
+        can_fuse = self.rounding is None and rules_fuse()
+        self._tier = (method.engine.memo(("deeplift_fuse_tier",), lambda: FuseTier(fused_kernels(method.model)))
+                      if can_fuse else None)
+        self._graph = (type(method).__name__, inputs.signature, tuple(wrt), repr(_describe_baseline(method.baseline)))
+        self._shape = (pairs, method.batch_size)
+        wanted = method.fuse_rules
+        if wanted is None:
+            wanted = pairs >= FUSE_MIN_ROWS or (self._tier is not None and self._tier.fuses(self._graph, self._shape))
+        self.fuse = bool(wanted) and can_fuse
+        self._started = time.perf_counter()
+
+    def finish(self) -> None:
+        """Record the call's wall time for the default's choice of the next calls (:class:`FuseTier`)."""
+        if self._tier is not None:
+            self._tier.record(self._graph, self._shape, time.perf_counter() - self._started, self.fuse)
 
     def can_share(self, references: list[np.ndarray]) -> bool:
         """One reference row fits: each attributed input's references and every other input are constant."""
@@ -342,7 +359,11 @@ class DeepLIFT(Method):
             worth it for large calls or repeated calls with the same number
             of inputs. ``None`` (default): fused when a call compares at least
             ``FUSE_MIN_ROWS`` (32) inputs with references (DeepLiftShap:
-            inputs x background rows); ``False``: never.
+            inputs x background rows), and for smaller calls repeated with
+            the same number of inputs once the time the separate ops cost
+            over the fused ones reaches the estimated compilation (a
+            ski-rental rule, :mod:`kerascope.core.fuse_tier`: ~90 calls of 8
+            images on the demo model, ~80 on MobileNetV2); ``False``: never.
             JAX fuses the whole pass anyway; PyTorch runs op by op.
 
     ``Explanation.extras["completeness_error"]`` is ``sum(attr) - (f(x) -
@@ -437,6 +458,7 @@ class DeepLIFT(Method):
                 for k, part in enumerate(parts):
                     attributions[k][rows] = part
             resolved = runner.resolved()
+        runner.finish()
         error = (_sums(attributions) - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         return self._input_result(
             inputs, wrt, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
@@ -547,6 +569,7 @@ class DeepLiftShap(DeepLIFT):
                 reduce_rows(base_scores[:, None], owners, weights, base[:, None])
                 scores[owners] = row_scores
             resolved = runner.resolved()
+        runner.finish()
         attributions = [a.astype(np.float32) for a in attributions]
         error = (_sums(attributions) - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         return self._input_result(

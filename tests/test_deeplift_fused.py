@@ -88,32 +88,51 @@ def test_default_fuses_from_the_row_threshold(monkeypatch):
 def test_repeated_calls_fuse_once_their_saved_time_pays_for_it(monkeypatch):
     """The default's ski rental (core/fuse_tier.py) on a real model: separate ops until the time the fused
     rules would have saved reaches the price of fusing, then fused, with the same numbers; ``False`` never."""
-    counting = Counting()
-    monkeypatch.setattr(tf_fused, "kernel", counting)
+    decided: list[bool] = []  # each call's choice, as the runner records it
+    finish = deeplift_module._Runner.finish
+
+    def recording(runner):
+        decided.append(runner.fuse)
+        return finish(runner)
+    monkeypatch.setattr(deeplift_module._Runner, "finish", recording)
     model = relu_stack(max_value=3.5, seed=5)
     x = np.random.default_rng(5).normal(size=(3, 5)).astype(np.float32)
-    plain = ks.DeepLIFT(model, fuse_rules=False).explain(x, 1)  # (its calls count for the model's default too)
+    plain = ks.DeepLIFT(model, fuse_rules=False).explain(x, 1)
+    background = np.random.default_rng(6).normal(size=(2, 5)).astype(np.float32)
+    shap_plain = ks.DeepLiftShap(model, baseline=background, fuse_rules=False).explain(x[:1], 1)
     # a rule that pays at once (any steady time x 1e9 exceeds the price): a steady time is still needed first
     monkeypatch.setattr(fuse_tier, "SAVED_FRACTION", 1e9)
     explainer = ks.DeepLIFT(model)
-    tier = explainer.engine.memo(("deeplift_fuse_tier",), lambda: None)
-    assert tier is not None and tier.kernels == 1  # three ReLU layers of one setting and shape: one kernel
-    for call in range(3):
+    decided.clear()
+    for _ in range(4):
         result = explainer.explain(x, 1)
         np.testing.assert_allclose(result.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
-        assert bool(counting.keys) == (call >= 1)  # the first call of `plain` and this one: a steady time
-    # another number of inputs is another shape: separate again until it pays there
-    counting.keys.clear()
-    explainer.explain(x[:2], 1)
-    assert counting.keys == []
+    assert decided == [False, False, True, True]
+    tier = explainer.engine.memo(("deeplift_fuse_tier",), lambda: None)
+    assert tier is not None and tier.kernels == 1  # three ReLU layers of one setting and shape: one kernel
+    # another number of inputs is another shape: separate until it pays there (the fused pass is traced now)
+    decided.clear()
+    for _ in range(3):
+        np.testing.assert_allclose(explainer.explain(x[:2], 1).attributions, plain.attributions[:2],
+                                   rtol=1e-6, atol=1e-7)
+    assert decided == [False, False, True]
+    # another layout is another graph: DeepLiftShap's groups of 2 rows (1 input + its reference) count apart
+    decided.clear()
+    shap = ks.DeepLiftShap(model, baseline=background)
+    for _ in range(3):
+        np.testing.assert_allclose(shap.explain(x[:1], 1).attributions, shap_plain.attributions,
+                                   rtol=1e-6, atol=1e-7)
+    assert decided == [False, False, True]
     # fuse_rules=False never fuses, whatever the rule says
+    decided.clear()
     ks.DeepLIFT(model, fuse_rules=False).explain(x, 1)
-    assert counting.keys == []
+    assert decided == [False]
     # a rule that never pays: the default stays separate
     monkeypatch.setattr(fuse_tier, "SAVED_FRACTION", 0.0)
+    decided.clear()
     for _ in range(3):
-        explainer.explain(x[:2], 1)
-    assert counting.keys == []
+        ks.DeepLIFT(model).explain(x[:1], 1)
+    assert decided == [False, False, False]
 
 
 @pytest.mark.parametrize("activation", ["gelu", "swish", "tanh", "softplus"])
@@ -211,9 +230,12 @@ def test_other_backends_and_reduced_precision_run_one_pass_kind():
     model = relu_stack(max_value=1.5, seed=5)
     inputs = Inputs([np.zeros((1, 5), np.float32)])
     explainer = ks.DeepLIFT(model, fuse_rules=None, precision="bfloat16")
-    assert deeplift_module._Runner(explainer, inputs, 0, [0], 10_000).fuse is False
-    assert deeplift_module._Runner(ks.DeepLIFT(model), inputs, 0, [0], 10_000).fuse is True
-    assert deeplift_module._Runner(ks.DeepLIFT(model), inputs, 0, [0], 31).fuse is False
+    def fuses(method: ks.DeepLIFT, comparisons: int) -> bool:  # the first pass's rule decides
+        return deeplift_module._Runner(method, inputs, 0, [0], comparisons).rule(True).fuse
+
+    assert fuses(explainer, 10_000) is False
+    assert fuses(ks.DeepLIFT(model), 10_000) is True
+    assert fuses(ks.DeepLIFT(model), 31) is False
 
 
 def test_only_keras_own_activations_fuse():

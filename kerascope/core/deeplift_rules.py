@@ -519,8 +519,9 @@ def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any], bool] 
 def fused_kernels(model: keras.Layer) -> int:
     """How many fused kernels ``model``'s DeepLIFT rules compile per number of rows (distinct key and shape).
 
-    A site's shape is its layer's output (a max pooling's: its input) where the model
-    knows it; other sites count once each.
+    A site's shapes are those of its layer's outputs (a max pooling's: inputs) at each of its
+    calls in the model's graph; a site whose graph is not known (a subclassed model's layers)
+    counts once. (Unknown dimensions and several row counts per call make it a lower bound.)
 
     Example:
         >>> import keras
@@ -536,12 +537,12 @@ def fused_kernels(model: keras.Layer) -> int:
         found = fusable(obj, kind)
         if found is None:
             continue
-        try:
-            tensor = obj.input if kind == "maxpool" else obj.output
-            shape: Hashable = tuple(tensor.shape[1:])
-        except (AttributeError, ValueError):  # not called in a graph, or called more than once
-            shape = id(obj)
-        kernels.add((kind == "maxpool", found[0], shape))
+        shapes: set[Hashable] = set()
+        for node in getattr(obj, "_inbound_nodes", None) or []:
+            tensors = getattr(node, "input_tensors" if kind == "maxpool" else "output_tensors", None) or []
+            shapes.update(tuple(t.shape[1:]) for t in tensors[:1])
+        for shape in shapes or {id(obj)}:
+            kernels.add((kind == "maxpool", found[0], shape))
     return len(kernels)
 
 

@@ -12,7 +12,7 @@ this never costs more than about twice the better fixed choice in hindsight,
 as far as the estimates hold. A single call, or a few, keep the separate ops
 and their cheap first call; a loop over a data set fuses after a number of
 calls set by the model (measured: ~90 on the demo model, ~80 on MobileNetV2
-at 8 images; 2-3 on VGG16 at 160 px).
+at 8 images; 5 on VGG16 at 160 px).
 
 The estimates, from the calls' own wall times:
 
@@ -22,6 +22,9 @@ The estimates, from the calls' own wall times:
   fused pass, taken to cost what the separate pass's first call cost over its
   steady time (0 once the fused pass is traced, e.g. by an earlier call of
   at least ``FUSE_MIN_ROWS`` inputs).
+
+A steady time needs two calls at one shape, so nothing fuses before the third
+call. Kept per model (its engine); threads share it under a lock.
 """
 
 from __future__ import annotations
@@ -51,27 +54,29 @@ class _Shape:
 class FuseTier:
     """Ski-rental bookkeeping of one model's DeepLIFT calls: when the default ``fuse_rules`` fuses.
 
-    ``graph``: what one traced pass depends on (method, layout, input
-    signature); ``shape``: what one compilation depends on besides (the
-    number of inputs and the chunk size). :meth:`record` each call's wall
-    time; :meth:`fuses` says whether the next call at ``(graph, shape)``
-    should fuse. ``kernels``: the model's distinct fused kernels.
+    ``graph``: what one traced pass depends on (method, rule layout, input
+    signature, kind of targets); ``shape``: what one compilation depends on
+    besides (the numbers of inputs and references, the chunk size).
+    :meth:`record` each call's wall time; :meth:`fuses` says whether the next
+    call at ``(graph, shape)`` should fuse. ``kernels``: the model's distinct
+    fused kernels (none: fusing saves nothing, never fuse).
 
     Example:
-        >>> tier = FuseTier(kernels=5)  # price: 5 x 0.1 s of compilation + the trace (first - steady = 0.6 s)
-        >>> tier.record("g", 8, 0.65, fused=False); tier.record("g", 8, 0.05, fused=False)
-        >>> tier.fuses("g", 8)  # 2 calls x 0.25 x 0.05 s saved would not pay 1.1 s
+        >>> tier = FuseTier(kernels=5)  # price: 5 x 0.1 s of compilation + the trace (first - steady = 0.61 s)
+        >>> tier.record("g", 8, 0.66, fused=False); tier.record("g", 8, 0.05, fused=False)
+        >>> tier.fuses("g", 8)  # 2 calls x 0.25 x 0.05 s saved would not pay 1.11 s
         False
-        >>> for _ in range(86):
+        >>> for _ in range(87):
         ...     tier.record("g", 8, 0.05, fused=False)
-        >>> tier.fuses("g", 8)  # 88 calls x 0.0125 s = 1.1 s
+        >>> tier.fuses("g", 8)  # 89 calls x 0.0125 s = 1.1125 s
         True
     """
 
     def __init__(self, kernels: int) -> None:
         self.kernels = int(kernels)
         self._shapes: dict[tuple[Hashable, Hashable], _Shape] = {}
-        self._first_shape: dict[Hashable, Hashable] = {}  # the shape of each graph's first separate call
+        #: each graph's first separate call: its shape and wall time (the trace and one call's work)
+        self._first: dict[Hashable, tuple[Hashable, float]] = {}
         self._fused: set[tuple[Hashable, Hashable]] = set()
         self._fused_graphs: set[Hashable] = set()
         self._lock = threading.Lock()
@@ -83,7 +88,7 @@ class FuseTier:
                 self._fused.add((graph, shape))
                 self._fused_graphs.add(graph)
                 return
-            self._first_shape.setdefault(graph, shape)
+            self._first.setdefault(graph, (shape, float(seconds)))
             seen = self._shapes.setdefault((graph, shape), _Shape())
             seen.calls += 1
             if seen.first is None:
@@ -91,24 +96,31 @@ class FuseTier:
             else:
                 seen.steady = min(seen.steady, float(seconds))
 
-    def price(self, graph: Hashable) -> float:
-        """Estimated seconds of switching ``graph``'s calls to the fused rules (``inf``: not known yet).
+    def price(self, graph: Hashable, shape: Hashable) -> float:
+        """Estimated seconds of switching the calls at ``(graph, shape)`` to the fused rules (``inf``: no call yet).
 
         Example:
             >>> tier = FuseTier(kernels=3)
             >>> tier.record("g", 8, 1.0, fused=False); tier.record("g", 8, 0.2, fused=False)
-            >>> round(tier.price("g"), 3)  # 3 kernels x 0.1 s + the trace: 1.0 - 0.2 s
+            >>> round(tier.price("g", 8), 3)  # 3 kernels x 0.1 s + the trace: 1.0 - 0.2 s
             1.1
         """
-        compile_s = self.kernels * COMPILE_S
         with self._lock:
-            if graph in self._fused_graphs:
-                return compile_s
-            first_shape = self._first_shape.get(graph)
-            seen = self._shapes.get((graph, first_shape))
-            if seen is None or seen.first is None or math.isinf(seen.steady):
-                return math.inf
-            return compile_s + max(seen.first - seen.steady, 0.0)
+            return self._price(graph, shape)
+
+    def _price(self, graph: Hashable, shape: Hashable) -> float:
+        compile_s = self.kernels * COMPILE_S
+        if graph in self._fused_graphs:  # the fused pass is traced: only this shape's compilation is left
+            return compile_s
+        if graph not in self._first:
+            return math.inf
+        first_shape, first = self._first[graph]
+        # the trace: the graph's first call over its steady time at that shape, else over this shape's
+        # (another number of inputs: roughly), else the whole first call (an over-estimate)
+        for seen in (self._shapes.get((graph, first_shape)), self._shapes.get((graph, shape))):
+            if seen is not None and not math.isinf(seen.steady):
+                return compile_s + max(first - seen.steady, 0.0)
+        return compile_s + first
 
     def fuses(self, graph: Hashable, shape: Hashable) -> bool:
         """Whether a call at ``(graph, shape)`` should fuse: it did before, or the rent paid reaches the price."""
@@ -116,6 +128,6 @@ class FuseTier:
             if (graph, shape) in self._fused:
                 return True
             seen = self._shapes.get((graph, shape))
-        if seen is None or math.isinf(seen.steady):
-            return False
-        return seen.calls * SAVED_FRACTION * seen.steady >= self.price(graph)
+            if self.kernels == 0 or seen is None or math.isinf(seen.steady):
+                return False
+            return seen.calls * SAVED_FRACTION * seen.steady >= self._price(graph, shape)

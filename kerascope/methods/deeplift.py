@@ -160,22 +160,34 @@ class _Runner:
         #: the reduced precision the passes run in (``precision=``, else the model's own compute dtype)
         self.rounding = method.engine.precision or model_reduced_dtype(method.model)
         #: fused element-wise rules (``fuse_rules``; by default for ``pairs`` (inputs x references) >= FUSE_MIN_ROWS,
-        #: or once repeated calls of this shape have paid for the compilation: :class:`FuseTier`), only where
-        #: they fuse: float32 passes on a backend that compiles them (else one rule: one trace)
-        can_fuse = self.rounding is None and rules_fuse()
-        self._tier = (method.engine.memo(("deeplift_fuse_tier",), lambda: FuseTier(fused_kernels(method.model)))
-                      if can_fuse else None)
-        self._graph = (type(method).__name__, inputs.signature, tuple(wrt), repr(_describe_baseline(method.baseline)))
-        self._shape = (pairs, method.batch_size)
-        wanted = method.fuse_rules
-        if wanted is None:
-            wanted = pairs >= FUSE_MIN_ROWS or (self._tier is not None and self._tier.fuses(self._graph, self._shape))
-        self.fuse = bool(wanted) and can_fuse
+        #: or once repeated calls of this layout and shape have paid for the compilation: :class:`FuseTier`), only
+        #: where they fuse: float32 passes on a backend that compiles them (else one rule: one trace). Decided at
+        #: the first pass, whose layout is the tier's key.
+        self.fuse: bool | None = None
+        self.comparisons = pairs
+        self._tier: FuseTier | None = None
+        self._graph: tuple[Any, ...] | None = None
+        self._shape = (inputs.num_samples, pairs, method.batch_size)
         self._started = time.perf_counter()
+
+    def rule(self, shared: bool, group: int | None = None) -> DeepLiftBackward:
+        """The pass's rule; the first decides ``fuse`` (``fuse_rules``, else the row threshold or the tier)."""
+        if self.fuse is None:
+            method, wanted = self.method, self.method.fuse_rules
+            can_fuse = wanted is not False and self.rounding is None and rules_fuse()
+            if can_fuse:  # (fuse_rules=False never compiles anything, not even XLA's probe)
+                self._tier = method.engine.memo(("deeplift_fuse_tier",), lambda: FuseTier(fused_kernels(method.model)))
+                targets = "callable" if callable(self.targets) else "predicted" if self.targets is None else "indices"
+                self._graph = (type(method).__name__, self.inputs.signature, tuple(self.wrt), shared, group, targets)
+            if wanted is None:
+                wanted = self.comparisons >= FUSE_MIN_ROWS or (
+                    self._tier is not None and self._tier.fuses(self._graph, self._shape))
+            self.fuse = bool(wanted) and can_fuse
+        return DeepLiftBackward(shared=shared, group=group, fuse=self.fuse)
 
     def finish(self) -> None:
         """Record the call's wall time for the default's choice of the next calls (:class:`FuseTier`)."""
-        if self._tier is not None:
+        if self._tier is not None and self.fuse is not None:
             self._tier.record(self._graph, self._shape, time.perf_counter() - self._started, self.fuse)
 
     def can_share(self, references: list[np.ndarray]) -> bool:
@@ -208,7 +220,7 @@ class _Runner:
             with rows_of([*rows, REFERENCE]):
                 result = method.engine.gradients(
                     Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt,
-                    rule=DeepLiftBackward(shared=True, fuse=self.fuse), batch_size=m + 1,
+                    rule=self.rule(True), batch_size=m + 1,
                 )
             for k, (g, i) in enumerate(zip(result.input_grads, self.wrt, strict=True)):
                 attributions[k][rows] = g[:m] * (inputs.arrays[i][rows] - reference[i])
@@ -245,7 +257,7 @@ class _Runner:
         """
         method, inputs, n = self.method, self.inputs, self.inputs.num_samples
         length, count = n + 1, len(references[0])
-        rule = DeepLiftBackward(shared=True, group=length, fuse=self.fuse)
+        rule = self.rule(True, length)
         attributions = [np.zeros(inputs.arrays[i].shape, np.float64) for i in self.wrt]
         base = np.zeros(n, np.float64)
         for refs in chunk_ranges(count, max(1, self.groups_per_pass(count))):
@@ -297,7 +309,7 @@ class _Runner:
         targets = self.targets if callable(self.targets) else np.concatenate([self.resolved()[owners]] * 2)
         with rows_of(np.concatenate([owners, np.full(m, REFERENCE)])):
             result = method.engine.gradients(
-                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=DeepLiftBackward(shared=False, fuse=self.fuse),
+                Inputs(inputs.model_arg(arrays)), targets, wrt_inputs=self.wrt, rule=self.rule(False),
                 batch_size=2 * m,
             )
         attributions = [g[:m] * (inputs.arrays[i][owners] - chosen[i])

@@ -11,7 +11,7 @@ over the other reaches the price of switching ("buy"), then switch: in total
 this never costs more than about twice the better fixed choice in hindsight,
 as far as the estimates hold. A single call, or a few, keep the separate ops
 and their cheap first call; a loop over a data set fuses after a number of
-calls set by the model (measured: ~90 on the demo model, ~80 on MobileNetV2
+calls set by the model (measured: ~120 on the demo model, 70-80 on MobileNetV2
 at 8 images; 5 on VGG16 at 160 px).
 
 The estimates, from the calls' own wall times:

@@ -11,7 +11,7 @@ over the other reaches the price of switching ("buy"), then switch: in total
 this never costs more than about twice the better fixed choice in hindsight,
 as far as the estimates hold. A single call, or a few, keep the separate ops
 and their cheap first call; a loop over a data set fuses after a number of
-calls set by the model (measured: ~120 on the demo model, 70-80 on MobileNetV2
+calls set by the model (measured: 114-135 on the demo model, 70-80 on MobileNetV2
 at 8 images; 5 on VGG16 at 160 px).
 
 The estimates, from the calls' own wall times:
@@ -34,8 +34,8 @@ import math
 import threading
 from collections.abc import Hashable
 
-#: Share of a separate-ops DeepLIFT pass that the fused rules save (measured 0.11 on ResNet50, 0.25 on VGG16,
-#: 0.27 on the demo model, 0.36 on MobileNetV2: docs/performance.md, "Repeated calls fuse").
+#: Share of a separate-ops DeepLIFT pass that the fused rules save (0.11 on ResNet50, 0.25 on VGG16, 0.33 on
+#: MobileNetV2 and the demo model: docs/performance.md, "DeepLIFT's rules fused" and "Max pooling fused").
 SAVED_FRACTION = 0.25
 
 #: XLA's compilation of one fused kernel for one shape on CPU, seconds (measured 0.05-0.16).

@@ -374,8 +374,8 @@ class DeepLIFT(Method):
             inputs x background rows), and for smaller calls repeated with
             the same number of inputs once the time the separate ops cost
             over the fused ones reaches the estimated compilation (a
-            ski-rental rule, :mod:`kerascope.core.fuse_tier`: ~120 calls of 8
-            images on the demo model, ~75 on MobileNetV2); ``False``: never.
+            ski-rental rule, :mod:`kerascope.core.fuse_tier`: 114-135 calls of 8
+            images on the demo model, 70-80 on MobileNetV2); ``False``: never.
             JAX fuses the whole pass anyway; PyTorch runs op by op.
 
     ``Explanation.extras["completeness_error"]`` is ``sum(attr) - (f(x) -

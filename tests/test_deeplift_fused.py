@@ -104,10 +104,12 @@ def test_repeated_calls_fuse_once_their_saved_time_pays_for_it(monkeypatch):
     monkeypatch.setattr(fuse_tier, "SAVED_FRACTION", 1e9)
     explainer = ks.DeepLIFT(model)
     decided.clear()
+    reported = []
     for _ in range(4):
         result = explainer.explain(x, 1)
         np.testing.assert_allclose(result.attributions, plain.attributions, rtol=1e-6, atol=1e-7)
-    assert decided == [False, False, True, True]
+        reported.append(result.extras["fused_rules"])
+    assert decided == reported == [False, False, True, True]
     tier = explainer.engine.memo(("deeplift_fuse_tier",), lambda: None)
     assert tier is not None and tier.kernels == 1  # three ReLU layers of one setting and shape: one kernel
     # another number of inputs is another shape: separate until it pays there (the fused pass is traced now)

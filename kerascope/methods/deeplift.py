@@ -379,8 +379,9 @@ class DeepLIFT(Method):
             JAX fuses the whole pass anyway; PyTorch runs op by op.
 
     ``Explanation.extras["completeness_error"]`` is ``sum(attr) - (f(x) -
-    f(baseline))`` per sample (Captum's convergence delta) and
-    ``baseline_scores`` the scores at the baselines. Cost: one forward and
+    f(baseline))`` per sample (Captum's convergence delta),
+    ``baseline_scores`` the scores at the baselines and ``fused_rules``
+    whether this call ran the fused rules (``fuse_rules``). Cost: one forward and
     one backward pass on a batch of ``N + 1`` rows (the inputs and, last, the
     one reference they share) when the reference is the same for every input
     (zeros, a number, one array); ``2 N`` rows (inputs and their own
@@ -473,7 +474,8 @@ class DeepLIFT(Method):
         runner.finish()
         error = (_sums(attributions) - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         return self._input_result(
-            inputs, wrt, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores
+            inputs, wrt, attributions, scores, resolved, completeness_error=error, baseline_scores=base_scores,
+            fused_rules=bool(runner.fuse),
         )
 
 
@@ -499,8 +501,9 @@ class DeepLiftShap(DeepLIFT):
             as :class:`DeepLIFT`'s.
 
     ``extras``: ``baseline_indices`` (the background rows used),
-    ``baseline_scores`` (the mean score over them) and ``completeness_error``
-    (``sum(attr) - (f(x) - mean f(b))``). Cost: DeepLIFT once per background
+    ``baseline_scores`` (the mean score over them), ``completeness_error``
+    (``sum(attr) - (f(x) - mean f(b))``) and ``fused_rules`` (as
+    :class:`DeepLIFT`'s). Cost: DeepLIFT once per background
     row, each on ``N + 1`` rows (the inputs share the background row); when
     ``N + 1`` rows fit more than once in ``batch_size``, one pass holds
     ``batch_size // (N + 1)`` background rows (one group of ``N + 1`` rows
@@ -586,5 +589,5 @@ class DeepLiftShap(DeepLIFT):
         error = (_sums(attributions) - (scores.astype(np.float64) - base_scores)).astype(np.float32)
         return self._input_result(
             inputs, wrt, attributions, scores, resolved, completeness_error=error,
-            baseline_scores=base_scores.astype(np.float32), baseline_indices=choice,
+            baseline_scores=base_scores.astype(np.float32), baseline_indices=choice, fused_rules=bool(runner.fuse),
         )

@@ -240,6 +240,22 @@ def test_other_backends_and_reduced_precision_run_one_pass_kind():
     assert fuses(ks.DeepLIFT(model), 31) is False
 
 
+def test_xla_probe_only_when_fusing_is_wanted(monkeypatch):
+    """XLA's probe (``rules_fuse``: one tiny compilation, ~0.1 s) is not paid by calls that do not fuse."""
+    asked = []
+
+    def counting_rules_fuse():
+        asked.append(True)
+        return deeplift_rules.rules_fuse()
+    monkeypatch.setattr(deeplift_module, "rules_fuse", counting_rules_fuse)
+    model = relu_stack(max_value=2.5, seed=7)
+    x = np.random.default_rng(7).normal(size=(3, 5)).astype(np.float32)
+    ks.DeepLIFT(model).explain(x, 0)  # a small default call: separate ops, no probe
+    ks.DeepLIFT(model, fuse_rules=False).explain(x, 0)
+    assert asked == []
+    assert ks.DeepLIFT(model, fuse_rules=True).explain(x, 0).extras["fused_rules"] and asked == [True]
+
+
 def test_only_keras_own_activations_fuse():
     class Doubled(keras.layers.ReLU):  # a subclass may compute anything: not fused
         def call(self, inputs):

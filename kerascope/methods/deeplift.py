@@ -174,15 +174,16 @@ class _Runner:
         """The pass's rule; the first decides ``fuse`` (``fuse_rules``, else the row threshold or the tier)."""
         if self.fuse is None:
             method, wanted = self.method, self.method.fuse_rules
-            can_fuse = wanted is not False and self.rounding is None and rules_fuse()
-            if can_fuse:  # (fuse_rules=False never compiles anything, not even XLA's probe)
+            # only TensorFlow fuses rules (rules_fuse); XLA's probe (~0.1 s, once) runs only when fusing is wanted,
+            # so neither fuse_rules=False nor the default's unfused small calls pay for it
+            if wanted is not False and self.rounding is None and keras.backend.backend() == "tensorflow":
                 self._tier = method.engine.memo(("deeplift_fuse_tier",), lambda: FuseTier(fused_kernels(method.model)))
                 targets = "callable" if callable(self.targets) else "predicted" if self.targets is None else "indices"
                 self._graph = (type(method).__name__, self.inputs.signature, tuple(self.wrt), shared, group, targets)
             if wanted is None:
                 wanted = self.comparisons >= FUSE_MIN_ROWS or (
                     self._tier is not None and self._tier.fuses(self._graph, self._shape))
-            self.fuse = bool(wanted) and can_fuse
+            self.fuse = bool(wanted) and self.rounding is None and rules_fuse()
         return DeepLiftBackward(shared=shared, group=group, fuse=self.fuse)
 
     def finish(self) -> None:

@@ -75,8 +75,8 @@ class FuseTier:
     def __init__(self, kernels: int) -> None:
         self.kernels = int(kernels)
         self._shapes: dict[tuple[Hashable, Hashable], _Shape] = {}
-        #: each graph's first separate call: its shape and wall time (the trace and one call's work)
-        self._first: dict[Hashable, tuple[Hashable, float]] = {}
+        #: the shape of each graph's first separate call (whose ``first`` time holds the trace)
+        self._first_shape: dict[Hashable, Hashable] = {}
         self._fused: set[tuple[Hashable, Hashable]] = set()
         self._fused_graphs: set[Hashable] = set()
         self._lock = threading.Lock()
@@ -88,7 +88,7 @@ class FuseTier:
                 self._fused.add((graph, shape))
                 self._fused_graphs.add(graph)
                 return
-            self._first.setdefault(graph, (shape, float(seconds)))
+            self._first_shape.setdefault(graph, shape)
             seen = self._shapes.setdefault((graph, shape), _Shape())
             seen.calls += 1
             if seen.first is None:
@@ -112,12 +112,13 @@ class FuseTier:
         compile_s = self.kernels * COMPILE_S
         if graph in self._fused_graphs:  # the fused pass is traced: only this shape's compilation is left
             return compile_s
-        if graph not in self._first:
+        if graph not in self._first_shape:
             return math.inf
-        first_shape, first = self._first[graph]
+        opening = self._shapes[(graph, self._first_shape[graph])]
+        first = opening.first or 0.0  # (set by that call)
         # the trace: the graph's first call over its steady time at that shape, else over this shape's
         # (another number of inputs: roughly), else the whole first call (an over-estimate)
-        for seen in (self._shapes.get((graph, first_shape)), self._shapes.get((graph, shape))):
+        for seen in (opening, self._shapes.get((graph, shape))):
             if seen is not None and not math.isinf(seen.steady):
                 return compile_s + max(first - seen.steady, 0.0)
         return compile_s + first

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -372,9 +373,7 @@ def maxpool_windows_backward(
     x = xs[0]
     spatial, channels = tuple(int(d) for d in x.shape[1:-1]), int(x.shape[-1])
     counts, edges = _window_shape(spatial, pool, padding)
-    rank, size = len(spatial), 1
-    for p in pool:
-        size *= p
+    rank, size = len(spatial), math.prod(pool)
     framed = x  # cropped ("valid") or padded ("same") to whole windows
     if any(after < 0 for _, after in edges):  # "valid": the positions no window covers
         framed = framed[(slice(None), *(slice(0, c * p) for c, p in zip(counts, pool)), slice(None))]

@@ -31,18 +31,14 @@ SETTINGS = {"separate": False, "fused": True, "default": None}
 def child(model_name: str, size: int, images: int, fuse: bool | None, changing: list[int]) -> None:
     """Runs in the fresh interpreter: prints one JSON line."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import keras
     import numpy as np
+    from suite import build_model  # bench/suite.py (its models: weights=None, no softmax head)
 
     import kerascope as ks
 
-    if model_name == "demo":  # the shipped CNN (two 2x2 max poolings), 64 px whatever --size says
-        from kerascope.data import demo_model_path
-        model, size = ks.load_model(demo_model_path()), 64
-    else:
-        build = {"mobilenetv2": keras.applications.MobileNetV2, "resnet50": keras.applications.ResNet50,
-                 "vgg16": keras.applications.VGG16}[model_name]
-        model = build(weights=None, input_shape=(size, size, 3))
+    model = build_model(model_name, size)
+    if model_name == "demo":  # the shipped CNN, 64 px whatever --size says
+        size = 64
     x = np.random.default_rng(0).uniform(size=(max([images, *changing]), size, size, 3)).astype("float32")
     explainer = ks.DeepLIFT(model, fuse_rules=fuse)
     out: dict[str, float | list[float]] = {}

@@ -30,18 +30,14 @@ SETTINGS = {"default": None, "separate": False, "fused": True}
 def child(model_name: str, size: int, images: int, calls: int, fuse: bool | None) -> None:
     """Runs in the fresh interpreter: prints one JSON line."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import keras
     import numpy as np
+    from suite import build_model  # bench/suite.py (its models: weights=None, no softmax head)
 
     import kerascope as ks
 
+    model = build_model(model_name, size)
     if model_name == "demo":  # the shipped CNN, 64 px whatever --size says
-        from kerascope.data import demo_model_path
-        model, size = ks.load_model(demo_model_path()), 64
-    else:
-        build = {"mobilenetv2": keras.applications.MobileNetV2, "resnet50": keras.applications.ResNet50,
-                 "vgg16": keras.applications.VGG16}[model_name]
-        model = build(weights=None, input_shape=(size, size, 3))
+        size = 64
     pool = np.random.default_rng(0).uniform(size=(4 * images, size, size, 3)).astype("float32")
     explainer = ks.DeepLIFT(model, fuse_rules=fuse)
     times, fused_at = [], None

@@ -5,7 +5,10 @@ Integrated Gradients with ``tolerance=`` evaluates the path on dyadic grids
 reused (:func:`level_nodes`). Noise wrappers and Expected Gradients draw their
 samples in antithetic pairs (``z`` and ``-z``; ``alpha`` and ``1 - alpha``) and
 estimate the map's sampling error from the spread of the pair means
-(:class:`PairMoments`).
+(:class:`PairMoments`). Their ``tolerance`` bounds the estimated ``1 - rho``, with ``rho`` the
+Pearson correlation of the map with the exact (infinite-sample) map (:func:`correlation_error`), and
+each round is sized from the error measured so far, for noise falling as ``1 / samples``
+(:func:`next_pairs`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from kerascope.methods._folding import reduce_rows
 
 NESTED_RULES = ("open_trapezoid", "riemann_trapezoid")
+ROUND_MARGIN = 1.1  # a predicted round asks for 10% more pairs than the 1 / samples law says
 
 
 def check_tolerance(tolerance: object, cap: object, cap_name: str) -> None:
@@ -213,14 +217,47 @@ class PairMoments:
         return fraction
 
 
-def next_pairs(done: int, cap: int) -> int:
-    """Pairs after the next round: 1.5 times as many (at least 4 more), at most ``cap``.
+def correlation_error(fraction: np.ndarray) -> np.ndarray:
+    """``1 - rho`` from a noise fraction ``f`` (noise over total variance across the map): ``rho = sqrt(1 - f)``.
+
+    ``rho`` is the expected Pearson correlation of the noisy map with the exact one; ``f >= 1``
+    gives 1 (no correlation left), an unknown fraction (``inf``) stays ``inf``.
+
+    Example:
+        >>> correlation_error(np.array([0.0, 0.0975, 1.5, np.inf])).round(3).tolist()
+        [0.0, 0.05, 1.0, inf]
+    """
+    fraction = np.asarray(fraction, np.float64)
+    error = 1.0 - np.sqrt(np.clip(1.0 - fraction, 0.0, 1.0))
+    return np.where(np.isinf(fraction), np.inf, error)
+
+
+def next_pairs(done: int, cap: int, fractions: np.ndarray | None = None, tolerance: float | None = None) -> int:
+    """Pairs after the next round, at most ``cap``.
+
+    With the noise ``fractions`` of the samples still running and the ``tolerance`` (on
+    ``1 - rho``, :func:`correlation_error`), the round is predicted: noise over signal falls as
+    ``1 / pairs``, so the sample nearest to its goal reaches it at ``done * r / r_goal`` pairs
+    (``r = f / (1 - f)``), asked with a 10% margin and kept within ``done + 4 .. 4 * done``.
+    Without an estimate (``inf``) or without these arguments: 1.5 times as many (at least 4 more).
 
     Example:
         >>> next_pairs(8, 512), next_pairs(400, 512)
         (12, 512)
+        >>> next_pairs(16, 512, np.array([0.1950, 0.3]), tolerance=0.05)  # r 0.242, goal r 0.108
+        40
     """
-    return min(cap, max(done + 4, -(-3 * done // 2)))
+    grown = max(done + 4, -(-3 * done // 2))
+    if fractions is None or tolerance is None:
+        return min(cap, grown)
+    fractions = np.asarray(fractions, np.float64)
+    known = fractions[np.isfinite(fractions)]
+    if not len(known) or np.any(known >= 1.0):
+        return min(cap, grown)
+    goal = 1.0 - (1.0 - tolerance) ** 2
+    ratio = float(np.min(known / (1.0 - known))) / (goal / (1.0 - goal))
+    need = int(np.ceil(done * ratio * ROUND_MARGIN))
+    return min(cap, 4 * done, max(done + 4, need))
 
 
 def pair_rows(rows: np.ndarray, active: np.ndarray, first_pair: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,7 +295,7 @@ def warn_not_converged(method: str, tolerance: float, cap_name: str, cap: int, e
         >>> import warnings
         >>> with warnings.catch_warnings(record=True) as w:
         ...     warnings.simplefilter("always")
-        ...     warn_not_converged("SmoothGrad", 0.05, "max_samples", 64, np.array([0.2, 0.01]), "noise fraction")
+        ...     warn_not_converged("SmoothGrad", 0.05, "max_samples", 64, np.array([0.2, 0.01]), "1 - rho")
         >>> "did not reach tolerance=0.05" in str(w[0].message)
         True
     """
@@ -311,8 +348,9 @@ def run_pairs(
     """The antithetic convergence loop of the noise wrappers and Expected Gradients.
 
     Rounds of pairs: every still-active sample gets pairs ``done .. target - 1`` (first
-    ``samples // 2`` pairs, then :func:`next_pairs`), its noise fraction is re-estimated
-    (:class:`PairMoments`), and samples at ``<= tolerance`` leave; at ``max_samples // 2``
+    ``samples // 2`` pairs, then as many as :func:`next_pairs` predicts), its ``1 - rho`` is
+    re-estimated (:class:`PairMoments`, :func:`correlation_error`), and samples at
+    ``<= tolerance`` leave; at ``max_samples // 2``
     pairs the loop stops and warns for those left. ``chunks(active, done, rows)`` runs
     ``rows = 2 * len(active) * (target - done)`` rows (row ``r`` as :func:`pair_rows` places
     it) and yields ``(owners, flat)`` per chunk: the rows' samples and their ``(rows, width)``
@@ -334,11 +372,14 @@ def run_pairs(
         for owners, flat in chunks(active, done, 2 * len(active) * (target - done)):
             moments.add(owners[0::2], *pair_moments(flat, statistic))
         done = target
-        error[active] = moments.noise_fraction()[active]
-        active = active[error[active] > tolerance]
-        if done >= cap:
+        fractions = moments.noise_fraction()[active]
+        error[active] = correlation_error(fractions)
+        keep = error[active] > tolerance
+        active, fractions = active[keep], fractions[keep]
+        if done >= cap or not len(active):
             break
-        target = next_pairs(done, cap)
+        target = next_pairs(done, cap, fractions, tolerance)
     if len(active):
-        warn_not_converged(method, tolerance, "max_samples", max_samples, error, "noise fraction", stacklevel=6)
+        warn_not_converged(method, tolerance, "max_samples", max_samples, error,
+                           "1 - Pearson correlation", stacklevel=6)
     return PairRun(moments.value(), error, 2 * moments.count)

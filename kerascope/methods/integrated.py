@@ -606,9 +606,9 @@ class ExpectedGradients(PathMethod):
         layer: attribute at this layer's output (see :class:`IntegratedGradients`).
         seed: seed of the numpy generator (``None``: fresh draws each call).
         tolerance: draw in antithetic pairs ``(b, alpha)``, ``(b, 1 - alpha)``, in
-            rounds (the first of ``samples``, default 32, then 1.5 times as many),
-            until the estimated share of the map's variance that is sampling noise
-            is ``<= tolerance`` for every sample (see
+            rounds (the first of ``samples``, default 32, then sized from the error
+            so far), until the estimated ``1 - rho`` (``rho``: Pearson correlation
+            with the exact map) is ``<= tolerance`` for every sample (see
             :class:`~kerascope.methods.smoothing.NoiseWrapper`); ``extras["samples"]``
             and ``extras["estimated_error"]`` record it per sample.
         max_samples: the most draws per input with ``tolerance=``.
@@ -707,7 +707,7 @@ class ExpectedGradients(PathMethod):
         self, inputs: Inputs, targets: Any, values: np.ndarray | None, background: list[np.ndarray]
     ) -> Explanation:
         """Antithetic draws, ``(b, alpha)`` and ``(b, 1 - alpha)``, in rounds of pairs until every
-        sample's estimated noise fraction is ``<= tolerance`` (as the noise wrappers)."""
+        sample's estimated ``1 - rho`` is ``<= tolerance`` (as the noise wrappers)."""
         n = inputs.num_samples
         ends = self._ends(inputs, values)
         offsets = np.cumsum([0, *[int(np.prod(a.shape[1:])) for a in ends]])

@@ -100,14 +100,16 @@ class NoiseWrapper(Method):
             :meth:`~kerascope.core.explanation.Explanation.per_position`).
         tolerance: choose the number of samples per input: noise is drawn in
             antithetic pairs (``z`` and ``-z``, seeded, so a result is
-            reproducible and the same in any batch), in rounds (the first of
-            ``samples``, default 32, then 1.5 times as many), until the
-            estimated share of the map's variance that is sampling noise,
-            ``sum(SE^2) / sum((m - mean(m))^2)`` with the standard errors from
-            the spread of the pair means, is ``<= tolerance`` for every sample.
-            The map's Pearson correlation with the exact (infinite-sample) map is
-            then about ``sqrt(1 - tolerance)`` (0.975 for 0.05); this estimates
-            the expected error, one draw scatters around it.
+            reproducible and the same in any batch), in rounds, until the
+            estimated ``1 - rho`` is ``<= tolerance`` for every sample, with
+            ``rho`` the map's Pearson correlation with the exact
+            (infinite-sample) map: ``tolerance=0.05`` asks for ``rho >= 0.95``.
+            ``rho`` is estimated as ``sqrt(1 - f)`` from the share ``f`` of the
+            map's variance that is sampling noise, ``sum(SE^2) / sum((m - mean(m))^2)``
+            with the standard errors from the spread of the pair means. The
+            first round is ``samples`` (default 32); each later one is sized
+            from the error so far (noise falls as ``1 / samples``, plus 10%).
+            This estimates the expected error; one draw scatters around it.
             ``extras["samples"]`` and ``extras["estimated_error"]`` record it per sample.
         max_samples: the most samples per input with ``tolerance=`` (a
             ``RuntimeWarning`` names the samples that did not converge).
@@ -256,8 +258,8 @@ class NoiseWrapper(Method):
         )
 
     def _explain_to_tolerance(self, inputs: Inputs, targets: Any) -> Explanation:
-        """Antithetic noise (``z``, ``-z``) in rounds of pairs until every sample's estimated noise
-        fraction (:class:`~kerascope.methods._convergence.PairMoments`) is ``<= tolerance``."""
+        """Antithetic noise (``z``, ``-z``) in rounds of pairs until every sample's estimated
+        ``1 - rho`` (:func:`~kerascope.methods._convergence.run_pairs`) is ``<= tolerance``."""
         n = inputs.num_samples
         scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         chooses = self._layer is None and hasattr(self._base, "attributed_inputs")

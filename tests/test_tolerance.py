@@ -185,18 +185,31 @@ def test_correlation_error_closed_form():
     done=st.integers(2, 200),
     tolerance=st.floats(0.001, 0.3),
     start=st.floats(0.01, 0.9),
+    other=st.floats(0.01, 3.0),
 )
-def test_predicted_round_reaches_the_tolerance_when_noise_falls_as_one_over_n(done, tolerance, start):
-    """With noise over signal exactly ~ 1 / pairs, the predicted round reaches the goal in one step
-    unless the 4x growth limit or the cap holds it back, and it always grows by at least 4 pairs."""
+def test_predicted_round_reaches_the_tolerance_when_noise_falls_as_one_over_n(done, tolerance, start, other):
+    """With noise over signal exactly ~ 1 / pairs, the round is sized for the sample nearest to its
+    goal: it reaches the goal in one round unless the 4x limit holds it back; at least 4 more pairs."""
     cap = 10**6
-    target = next_pairs(done, cap, np.array([start, 0.95]), tolerance)
-    assert target >= done + 4 and target <= max(done + 4, 4 * done)
-    r = start / (1 - start) * done / target  # noise over signal at the target
-    reached = correlation_error(np.array([r / (1 + r)]))[0] <= tolerance
     goal = 1 - (1 - tolerance) ** 2
-    needed = done * (start / (1 - start)) / (goal / (1 - goal))
+    nearest = min(start, other) if other < 1 else start  # f >= 1: no signal yet, does not size the round
+    needed = done * (nearest / (1 - nearest)) / (goal / (1 - goal))
+    target = next_pairs(done, cap, np.array([start, other, np.inf]), tolerance)
+    assert target == min(cap, 4 * done, max(done + 4, int(np.ceil(needed * 1.1 - 1e-9))))
+    r = nearest / (1 - nearest) * done / target  # noise over signal of that sample at the target
     if needed * 1.1 <= 4 * done:
-        assert reached
+        assert correlation_error(np.array([r / (1 + r)]))[0] <= tolerance
     assert next_pairs(done, 10, np.array([start]), tolerance) <= 10
-    assert next_pairs(done, cap, np.array([np.inf]), tolerance) == next_pairs(done, cap)
+    assert next_pairs(done, cap, np.array([np.inf, 1.5]), tolerance) == next_pairs(done, cap)
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: ks.SmoothGrad(m, noise=0.3, tolerance=1e-4, samples=4, max_samples=8),
+    lambda m: ks.ExpectedGradients(m, tolerance=1e-4, samples=4, max_samples=8),
+    lambda m: ks.IntegratedGradients(m, tolerance=1e-6, max_steps=15),
+    lambda m: ks.IntegratedGradients(m, layer="conv", tolerance=1e-6, max_steps=15),
+])
+def test_not_converged_warning_points_at_the_users_call(model, images, make):
+    with pytest.warns(RuntimeWarning, match="did not reach tolerance") as record:
+        make(model).explain(images, 0)
+    assert [w.filename for w in record if "did not reach" in str(w.message)] == [__file__]

@@ -13,6 +13,7 @@ each round is sized from the error measured so far, for noise falling as ``1 / s
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -239,7 +240,8 @@ def next_pairs(done: int, cap: int, fractions: np.ndarray | None = None, toleran
     ``1 - rho``, :func:`correlation_error`), the round is predicted: noise over signal falls as
     ``1 / pairs``, so the sample nearest to its goal reaches it at ``done * r / r_goal`` pairs
     (``r = f / (1 - f)``), asked with a 10% margin and kept within ``done + 4 .. 4 * done``.
-    Without an estimate (``inf``) or without these arguments: 1.5 times as many (at least 4 more).
+    Samples without an estimate (``inf``, or ``f >= 1``: no signal seen yet) do not size the round;
+    with none left, or without these arguments: 1.5 times as many (at least 4 more).
 
     Example:
         >>> next_pairs(8, 512), next_pairs(400, 512)
@@ -251,8 +253,8 @@ def next_pairs(done: int, cap: int, fractions: np.ndarray | None = None, toleran
     if fractions is None or tolerance is None:
         return min(cap, grown)
     fractions = np.asarray(fractions, np.float64)
-    known = fractions[np.isfinite(fractions)]
-    if not len(known) or np.any(known >= 1.0):
+    known = fractions[np.isfinite(fractions) & (fractions < 1.0)]  # f >= 1: all noise, no signal seen yet
+    if not len(known):
         return min(cap, grown)
     goal = 1.0 - (1.0 - tolerance) ** 2
     ratio = float(np.min(known / (1.0 - known))) / (goal / (1.0 - goal))
@@ -287,9 +289,23 @@ def pair_moments(flat: np.ndarray, statistic: str) -> tuple[np.ndarray, np.ndarr
     return s, q
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised by this function's caller at the first frame
+    outside kerascope (the user's call), however deep the method's call chain is.
+
+    Example:
+        >>> user_stacklevel() >= 2
+        True
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("kerascope."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def warn_not_converged(method: str, tolerance: float, cap_name: str, cap: int, errors: np.ndarray,
-                       what: str, stacklevel: int = 5) -> None:
-    """Warn that ``tolerance`` was not reached within the cap (the worst estimated error named).
+                       what: str) -> None:
+    """Warn, at the user's call, that ``tolerance`` was not reached within the cap (the worst estimated error named).
 
     Example:
         >>> import warnings
@@ -306,7 +322,7 @@ def warn_not_converged(method: str, tolerance: float, cap_name: str, cap: int, e
         f"estimated {what} {float(errors[worst]):.3g}). The result uses {cap_name} passes; raise "
         f"`{cap_name}` or `tolerance` for a converged map.",
         RuntimeWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
 
 
@@ -380,6 +396,5 @@ def run_pairs(
             break
         target = next_pairs(done, cap, fractions, tolerance)
     if len(active):
-        warn_not_converged(method, tolerance, "max_samples", max_samples, error,
-                           "1 - Pearson correlation", stacklevel=6)
+        warn_not_converged(method, tolerance, "max_samples", max_samples, error, "1 - Pearson correlation")
     return PairRun(moments.value(), error, 2 * moments.count)

@@ -108,7 +108,8 @@ class NoiseWrapper(Method):
             map's variance that is sampling noise, ``sum(SE^2) / sum((m - mean(m))^2)``
             with the standard errors from the spread of the pair means. The
             first round is ``samples`` (default 32); each later one is sized
-            from the error so far (noise falls as ``1 / samples``, plus 10%).
+            from the error so far (noise falls as ``1 / samples``, plus 10%,
+            at most 4x the samples so far).
             This estimates the expected error; one draw scatters around it.
             ``extras["samples"]`` and ``extras["estimated_error"]`` record it per sample.
         max_samples: the most samples per input with ``tolerance=`` (a

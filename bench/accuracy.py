@@ -162,7 +162,7 @@ def main() -> None:
             runners[label] = lambda ours=ours: ours.explain(x, t)
             settings[label], acc[label] = first.extras["samples"].tolist(), rho(first.attributions)
             print(f"  {label}: samples {settings[label]}, estimated 1 - Pearson "
-                  f"{np.round(first.extras['estimated_error'], 4).tolist()}, worst Pearson {acc[label]:.4f}",
+                  f"{np.round(first.extras['estimated_error'].astype(np.float64), 4).tolist()}, worst Pearson {acc[label]:.4f}",
                   flush=True)
         ladder = (16, 32, 64, 128, 256, 512, 1024)
         peers: dict[str, Any] = {}

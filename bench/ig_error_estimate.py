@@ -20,7 +20,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def relu_bias_model() -> tuple[Any, Any]:
+def relu_bias_model(images: int) -> tuple[Any, Any]:
     """A random ReLU / max-pool CNN with biases: a piecewise-constant integrand, not the bias-free case."""
     import keras
     import numpy as np
@@ -35,12 +35,14 @@ def relu_bias_model() -> tuple[Any, Any]:
         keras.layers.GlobalAveragePooling2D(),
         keras.layers.Dense(10, **bias),
     ])
-    return model, np.random.default_rng(1).uniform(0, 1, (3, 32, 32, 3)).astype(np.float32)
+    return model, np.random.default_rng(1).uniform(0, 1, (images, 32, 32, 3)).astype(np.float32)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="demo", help="demo, mobilenetv2 (bench/accuracy.py's) or relu-bias")
+    parser.add_argument("--model", default="demo", choices=["demo", "relu-bias"],
+                        help="the trained demo model, or a random ReLU CNN with biases (MobileNetV2 weights=None is "
+                        "exact at 7 points: nothing to estimate)")
     parser.add_argument("--images", type=int, default=4)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -50,7 +52,7 @@ def main() -> None:
     import kerascope as ks
 
     if args.model == "relu-bias":
-        model, x = relu_bias_model()
+        model, x = relu_bias_model(args.images)
     else:
         from accuracy import build
 
@@ -67,8 +69,9 @@ def main() -> None:
         true = np.linalg.norm(m - ref, axis=1) / np.linalg.norm(ref, axis=1)
         if previous is not None:
             change = np.linalg.norm(m - previous, axis=1) / np.linalg.norm(m, axis=1)
+            ratio = np.where(change > 1e-9, true / np.maximum(change, 1e-300), np.nan)  # no change: no estimate
             print(f"  {steps:>4} points: true {np.round(true, 4).tolist()}  change {np.round(change, 4).tolist()}  "
-                  f"true/change {np.round(true / change, 2).tolist()}", flush=True)
+                  f"true/change {np.round(ratio, 2).tolist()}", flush=True)
         previous = m
 
 

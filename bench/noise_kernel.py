@@ -26,13 +26,13 @@ in the Hermite chaos of order ``m`` of ``z`` (Mehler's formula). Hence:
 
 ``a1`` and ``a2`` are read from the odd and even parts of ``k`` at the smallest ``c``:
 ``a1 ≈ (k(c) - k(-c)) / 2c``, ``a2 ≈ (k(c) + k(-c)) / 2c^2`` (higher orders bias both up by
-``O(c^2)``, so the bound is optimistic; ``k(0)``, exactly 0 in expectation, shows the estimator's
-noise floor). Covariances use the unbiased sample (co)variance; ``S`` subtracts the mean map's own
+``O(c^2)``; ``k(0)``, exactly 0 in expectation, shows the estimator's noise floor, which ``a2``
+multiplies by ~11, printed as its error). Covariances use the unbiased sample (co)variance; ``S`` subtracts the mean map's own
 noise ``V (1 + mean_c k(c)) / N`` (the draws of a pair are correlated).
 
 Run (main environment, a few minutes on 2 cores):
     python bench/noise_kernel.py --model mobilenetv2
-    python bench/noise_kernel.py --model demo --pairs 256
+    python bench/noise_kernel.py --model demo
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def main() -> None:
         print(f"image {i} (target {int(target)}): V/S {v / s:.2f} -> i.i.d. samples for Pearson 0.95 ≈ {iid:.0f}")
         print("  k(c): " + ", ".join(f"{c:+.2f}: {k[c]:+.3f}" for c in CORRELATIONS)
               + f"  (k(0) = {k[0.0]:+.3f} is the noise floor)")
-        print(f"  a1 ≈ {a1:.3f}, a2 ≈ {a2:.3f}; antithetic variance factor {antithetic:.3f}; "
+        print(f"  a1 ≈ {a1:.3f}, a2 ≈ {a2:.3f} (± {8 * np.sqrt(2) * abs(k[0.0]):.3f}); antithetic variance factor {antithetic:.3f}; "
               f"cancelling orders 1-2: ≤ {bound:.2f}x over i.i.d. (≈ {iid / bound:.0f} samples at best), "
               f"≤ {beyond:.2f}x over antithetic pairs", flush=True)
         summary.append((v / s, antithetic, bound, beyond))

@@ -98,7 +98,7 @@ def main() -> None:
         v = float(np.mean(var))
         total = 2 * args.pairs * len(CORRELATIONS)
         mean_map = np.sum(draws, axis=0) / total
-        own_noise = v * (1.0 + np.mean(list(cov.values())) / v) / total  # a pair's draws are correlated
+        own_noise = (v + np.mean(list(cov.values()))) / total  # V (1 + mean_c k(c)) / N: a pair's draws correlate
         s = float(np.square(mean_map - mean_map.mean()).sum()) - own_noise
         k = {c: cov[c] / v for c in CORRELATIONS}
         small = min(c for c in CORRELATIONS if c > 0)

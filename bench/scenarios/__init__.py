@@ -1,0 +1,1 @@
+"""One module per family of scenarios; each registers its own with ``bench.scenario.scenario``."""

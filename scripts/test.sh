@@ -10,6 +10,15 @@ export TF_CPP_MIN_LOG_LEVEL=3 PIP_DISABLE_PIP_VERSION_CHECK=1 RAY_AUTH_MODE=disa
 export MPLBACKEND=Agg KERAS_BACKEND=${KERAS_BACKEND:-tensorflow}
 
 step() { printf '\n== %s\n' "$*"; }
+# TensorFlow prints start-up lines (absl, cudart_stub, oneDNN) to descriptor 2 before it reads
+# TF_CPP_MIN_LOG_LEVEL, in every process that imports it: pytest's own when it is not capturing, test
+# subprocesses, Ray workers. quiet CMD... runs CMD with its standard error filtered of exactly those lines.
+quiet() {
+  local rc=0
+  "$@" 2> >("$PY" -c "from kerascope.cli.quiet import filter_stdin; filter_stdin()" >&2) || rc=$?
+  wait 2>/dev/null || true  # the filter has written its last line
+  return $rc
+}
 
 step "install kerascope and test dependencies"
 # torch==2.13.0 resolves to a CPU build on these machines; a bare `torch` would pull a multi-GB CUDA build.
@@ -28,14 +37,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
-step "lint"
+step "lint, and every imported package declared"
 "$PY" -m ruff check kerascope tests bench scripts
+"$PY" scripts/check_imports.py
 
 step "tests (TensorFlow backend: everything)"
 markers="not slow"
 [ -n "${FAST:-}" ] && markers="not slow and not ray"
 # the docstring examples of every public name run too (other backends' modules are tested in their own runs)
-"$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durations=15 \
+quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durations=15 \
   --doctest-modules tests kerascope --ignore=kerascope/_backend/jax.py --ignore=kerascope/_backend/torch.py "$@"
 
 # The same API on JAX and PyTorch. Test files that need TensorFlow for their reference computations
@@ -50,7 +60,7 @@ for backend in jax torch; do
   if [ "$backend" = torch ]; then
     extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py)
   fi
-  KERAS_BACKEND=$backend "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
+  KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
     tests/test_plots.py tests/test_evaluation.py tests/test_batch_local.py tests/test_report_browser.py tests/test_architecture.py \
     tests/test_cam_models.py tests/test_lrp.py tests/test_tolerance.py tests/test_precision.py \

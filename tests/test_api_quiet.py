@@ -77,3 +77,30 @@ def test_fit_structure_matches_the_models_inputs(kind):
     assert fit_structure(model, {"face": x}) == ({"face": x} if kind == "dict" else [x])
     plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     assert fit_structure(plain, x) is x  # nothing to match: unchanged
+
+
+def test_the_test_commands_stderr_filter_drops_tensorflows_start_up_lines_only() -> None:
+    """TensorFlow writes absl / cudart start-up lines to descriptor 2 before it reads ``TF_CPP_MIN_LOG_LEVEL``;
+    scripts/test.sh pipes every pytest run's standard error through ``filter_stdin``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    code = "import sys, tensorflow; print('kept line', file=sys.stderr)"
+    raw = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stderr
+    filtered = subprocess.run(
+        [sys.executable, "-c", "from kerascope.cli.quiet import filter_stdin; filter_stdin()"],
+        input=raw, capture_output=True, text=True, env=env,
+    )
+    assert filtered.returncode == 0, filtered.stderr
+    assert filtered.stdout.strip() == "kept line"
+    assert "kept line" in raw
+
+
+def test_the_test_command_runs_pytest_through_the_filter() -> None:
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "test.sh").read_text()
+    runs = [line for line in script.splitlines() if "-m pytest" in line and not line.lstrip().startswith("#")]
+    assert len(runs) == 2 and all(" quiet " in f" {line.split('-m pytest')[0]}" for line in runs), runs

@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 # lines C++ libraries print to descriptor 2 on start-up (absl's "I0000 12:00:00.000000 123 file.cc:12] ..."
 # format, TensorFlow's older "2024-01-01 12:00:00.000000: I tensorflow/..." format, their continuations)
@@ -47,6 +47,25 @@ def is_noise(line: str) -> bool:
         False
     """
     return bool(_NOISE.match(line))
+
+
+def copy_without_noise(source: Iterable[bytes], write: Callable[[bytes], object]) -> None:
+    """Pass every line of ``source`` to ``write`` except the backends' start-up noise.
+
+    :func:`filter_stdin` applies it to standard input (``scripts/test.sh`` pipes the test run's
+    standard error through it: TensorFlow prints those lines to descriptor 2 before
+    ``TF_CPP_MIN_LOG_LEVEL`` is read, in every process that imports it).
+
+    Example:
+        >>> kept = []
+        >>> copy_without_noise([b"WARNING: All log messages before absl::InitializeLog() is called\\n", b"ok\\n"],
+        ...                    kept.append)
+        >>> kept
+        [b'ok\\n']
+    """
+    for raw in source:
+        if not is_noise(raw.decode("utf-8", "replace")):
+            write(raw)
 
 
 def wants_backend_logs(verbose: bool) -> bool:
@@ -82,9 +101,7 @@ class _Descriptor2Filter:
 
     def _pump(self, read_end: int) -> None:
         with os.fdopen(read_end, "rb") as pipe:
-            for raw in pipe:
-                if not is_noise(raw.decode("utf-8", "replace")):
-                    os.write(self._real, raw)
+            copy_without_noise(pipe, lambda raw: os.write(self._real, raw))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -131,3 +148,19 @@ def quiet_backends(verbose: bool = False) -> Iterator[None]:
             fd_filter.close()
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def filter_stdin() -> None:
+    """Copy standard input to standard output without the backends' start-up noise, line by line.
+
+    Example (shell)::
+
+        pytest tests 2> >(python -c "from kerascope.cli.quiet import filter_stdin; filter_stdin()" >&2)
+    """
+    out = sys.stdout.buffer
+
+    def write(raw: bytes) -> None:
+        out.write(raw)
+        out.flush()
+
+    copy_without_noise(sys.stdin.buffer, write)

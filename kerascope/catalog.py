@@ -29,6 +29,8 @@ class Entry(NamedTuple):
 METHODS: tuple[Entry, ...] = (
     Entry("ablationcam", "AblationCAM", "kerascope.methods.cam_perturbation",
           "Channels weighted by the relative score drop when each is zeroed (Desai & Ramaswamy 2020)."),
+    Entry("blur_ig", "BlurIG", "kerascope.methods.guided_paths",
+          "Integrated Gradients along a path of successively blurred inputs (Xu et al. 2020)."),
     Entry("deconvnet", "Deconvnet", "kerascope.methods.deeplift",
           "Gradient with ReLUs passing back only positive gradients (Zeiler & Fergus 2014)."),
     Entry("deeplift", "DeepLIFT", "kerascope.methods.deeplift",
@@ -52,6 +54,9 @@ METHODS: tuple[Entry, ...] = (
           "Gradient with positive-only ReLU backward passes (Springenberg et al. 2015)."),
     Entry("guided_gradcam", "GuidedGradCAM", "kerascope.methods.cam",
           "Guided backprop multiplied by the upsampled Grad-CAM map (Selvaraju et al. 2017)."),
+    Entry("guided_ig", "GuidedIG", "kerascope.methods.guided_paths",
+          "Integrated Gradients along an adaptive path moving low-gradient features first "
+          "(Kapishnikov et al. 2021)."),
     Entry("hirescam", "HiResCAM", "kerascope.methods.cam_variants",
           "Element-wise gradient x activation summed over channels (Draelos & Carin 2020)."),
     Entry("integrated_gradients", "IntegratedGradients", "kerascope.methods.integrated",

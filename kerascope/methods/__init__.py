@@ -11,6 +11,7 @@ from kerascope.methods.coalitions import LIME, FeatureAblation, KernelSHAP, Shap
 from kerascope.methods.conductance import InternalInfluence, LayerConductance, NeuronConductance
 from kerascope.methods.deeplift import Deconvnet, DeepLIFT, DeepLiftShap
 from kerascope.methods.gradients import GradientXInput, GuidedBackprop, Saliency
+from kerascope.methods.guided_paths import BlurIG, GuidedIG
 from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, IntegratedGradients
 from kerascope.methods.lrp import LRP
 from kerascope.methods.perturbation import RISE, Occlusion

@@ -95,6 +95,8 @@ METHODS: tuple[Entry, ...] = (
           "Variance of attributions over noisy copies of the input (Adebayo et al. 2018)."),
     Entry("xgradcam", "XGradCAM", "kerascope.methods.cam_variants",
           "Gradients weighted by normalised activations, axiom-based (Fu et al. 2020)."),
+    Entry("xrai", "XRAI", "kerascope.methods.xrai",
+          "Regions grown greedily from the segments with the densest attribution (Kapishnikov et al. 2019)."),
 )
 
 

@@ -110,3 +110,58 @@ def test_guided_ig(model, x, steps, kwargs, baseline):
         start = np.zeros_like(x[i]) if baseline is None else baseline
         theirs = pair.GuidedIG().GetMask(x[i], fn, {"class": t}, x_baseline=start, x_steps=steps, **kwargs)
         close(ours.attributions[i], theirs)
+
+
+def random_masks(rng, count, shape=(12, 12)):
+    """Overlapping rectangles and blobs, plus one exact duplicate (a tie PAIR breaks by order)."""
+    masks = []
+    for _ in range(count):
+        m = np.zeros(shape, bool)
+        r, c = rng.integers(0, shape[0] - 3, 2)
+        m[r: r + rng.integers(3, 8), c: c + rng.integers(3, 8)] = True
+        masks.append(m)
+    masks.append(masks[2].copy())
+    return masks
+
+
+@pytest.mark.parametrize("area_threshold,min_pixel_diff", [(1.0, 5), (0.6, 1), (1.0, 30)])
+def test_xrai_given_segments(model, x, area_threshold, min_pixel_diff):
+    """Given masks and a base attribution, XRAI equals PAIR's (the map and the region ranks)."""
+    rng = np.random.default_rng(7)
+    segments = [random_masks(rng, 12 + 3 * i) for i in range(3)]
+    base = rng.normal(size=x.shape)
+    ours = ks.XRAI(model, segments=segments, base_attribution=base, area_threshold=area_threshold,
+                   min_pixel_diff=min_pixel_diff, batch_size=2).explain(x, 0)
+    params = pair.XRAIParameters(area_threshold=area_threshold, return_xrai_segments=True)
+    params.experimental_params["min_pixel_diff"] = min_pixel_diff
+    for i in range(3):
+        theirs = pair.XRAI().GetMaskWithDetails(x[i], call_model(model), {"class": 0}, segments=segments[i],
+                                                base_attribution=base[i], extra_parameters=params)
+        np.testing.assert_allclose(ours.attributions[i], theirs.attribution_mask, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(ours.extras["ranks"][i], theirs.segments)
+
+
+def test_xrai_default_segments(model):
+    """segments=None: PAIR's Felzenszwalb segments (six scales, dilated), so the same map as PAIR's."""
+    rng = np.random.default_rng(8)
+    images = rng.uniform(0, 1, (2, 12, 12, 3)).astype(np.float32)
+    images[:, 3:9, 3:9, 0] += 1.5  # some structure for the segmentation
+    base = rng.normal(size=images.shape)
+    ours = ks.XRAI(model, base_attribution=base).explain(images, 1)
+    for i in range(2):
+        theirs = pair.XRAI().GetMask(images[i], call_model(model), {"class": 1}, base_attribution=base[i])
+        np.testing.assert_allclose(ours.attributions[i], theirs, rtol=1e-6, atol=1e-7)
+
+
+def test_xrai_default_masks_equal_pair():
+    """The dilated Felzenszwalb masks themselves, at an image size where they differ from the labels."""
+    from saliency.core import xrai as pair_xrai
+
+    from kerascope.methods.xrai import felzenszwalb_labels, label_pairs
+
+    image = np.random.default_rng(9).uniform(0, 1, (40, 30, 3))
+    theirs = np.stack(pair_xrai._get_segments_felzenszwalb(image)).reshape(-1, 40 * 30)
+    pixels, segments, count = label_pairs(felzenszwalb_labels(image))
+    ours = np.zeros((count, 40 * 30), bool)
+    ours[segments, pixels] = True
+    np.testing.assert_array_equal(ours, theirs)

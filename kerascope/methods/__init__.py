@@ -17,6 +17,7 @@ from kerascope.methods.lrp import LRP
 from kerascope.methods.perturbation import RISE, Occlusion
 from kerascope.methods.registry import available, build, describe, get, register
 from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
+from kerascope.methods.xrai import XRAI
 
 # One source for the method names: the catalogue (which tests/test_cli_startup.py checks against the registry);
 # `kerascope.__all__` is built from it too. Below: the names that are not registered methods.

@@ -18,7 +18,7 @@ from kerascope.core.inputs import Inputs
 from kerascope.core.rows import rows_of
 from kerascope.methods._folding import clean_scores, reduce_rows, row_targets
 from kerascope.methods._input_choice import gradient_inputs
-from kerascope.methods.base import Method, check_number, check_positive_int
+from kerascope.methods.base import Method, check_flag, check_number, check_positive_int
 from kerascope.methods.integrated import _chosen_baselines, _describe_baseline, _substitute, resolve_baselines
 from kerascope.methods.registry import register
 from kerascope.numeric.blur import gaussian_blur_rows
@@ -104,7 +104,7 @@ class BlurIG(_OneInputPath):
         self.max_sigma = check_number(max_sigma, "max_sigma", low=0.0, low_inclusive=False)
         self.steps = check_positive_int(steps, "steps")
         self.grad_step = check_number(grad_step, "grad_step", low=0.0, low_inclusive=False)
-        self.sqrt = bool(sqrt)
+        self.sqrt = check_flag(sqrt, "sqrt")
 
     def sigmas(self) -> np.ndarray:
         """The ``steps + 1`` blur levels of the path, from 0 to ``max_sigma``.

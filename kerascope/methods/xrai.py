@@ -219,6 +219,26 @@ def greedy_regions(
     return result.reshape(g, h, w), ranks.reshape(g, h, w)
 
 
+def _float_array(value: Any) -> np.ndarray:
+    """A given base attribution as a finite float64 array, or kerascope's error naming it."""
+    try:
+        array = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        array = None
+    problem = (
+        f"base_attribution={value!r}" if array is None or array.ndim not in (3, 4)
+        else f"base_attribution with {int(np.sum(~np.isfinite(array)))} NaN or infinite values"
+        if not np.all(np.isfinite(array)) else None
+    )
+    if problem is not None:
+        if array is not None and array.ndim > 0:
+            problem = problem if array.ndim in (3, 4) else f"base_attribution of shape {array.shape}"
+        raise ValueError(
+            f"`base_attribution` must be a finite array (N, H, W, C) or (N, H, W). Received: {problem}."
+        )
+    return array
+
+
 @register
 class XRAI(Method):
     """XRAI (Kapishnikov et al. 2019): attribution by regions, grown greedily from the densest segment.
@@ -280,8 +300,13 @@ class XRAI(Method):
         self.area_threshold = check_number(area_threshold, "area_threshold", low=0.0)
         self.min_pixel_diff = check_positive_int(min_pixel_diff, "min_pixel_diff")
         self.input_index = input_index
+        if segments is not None and not isinstance(segments, (list, tuple, np.ndarray)):
+            raise ValueError(
+                "`segments` must be None (Felzenszwalb segments) or, per image, a list / stack of boolean masks. "
+                f"Received: segments={segments!r}."
+            )
         self._segments = segments
-        self._base_attribution = None if base_attribution is None else np.asarray(base_attribution, np.float64)
+        self._base_attribution = None if base_attribution is None else _float_array(base_attribution)
         if base_attribution is None:
             IntegratedGradients(model, steps=steps, method=method)  # the quadrature checked now
 

@@ -220,56 +220,58 @@ class GuidedIG(_OneInputPath):
     def _walk(
         self, inputs: Inputs, targets: Any, resolved: np.ndarray, at: int, owners: np.ndarray, baseline: np.ndarray
     ) -> np.ndarray:
-        """PAIR's ``guided_ig_impl`` for the samples ``owners`` at once (flattened, float64)."""
+        """PAIR's ``guided_ig_impl`` for the samples ``owners`` at once (flattened, float64).
+
+        Within a step the features only move towards ``x_max`` after the first clamp to ``x_min``, so
+        PAIR's clamp (repeated at every inner iteration) is applied once per step, with the same result.
+        """
         shape = inputs.arrays[at].shape[1:]
-        end = inputs.arrays[at][owners].reshape(len(owners), -1).astype(np.float64)
-        start = baseline.reshape(len(owners), -1).astype(np.float64)
-        diff = end - start
-        l1_total = np.abs(diff).sum(axis=1)
-        attr = np.zeros_like(end)
-        moving = np.flatnonzero(l1_total != 0)  # PAIR returns zeros for x == baseline
+        result = np.zeros((len(owners), int(np.prod(shape))))
+        end_all = inputs.arrays[at][owners].reshape(len(owners), -1).astype(np.float64)
+        start_all = baseline.reshape(len(owners), -1).astype(np.float64)
+        moving = np.flatnonzero(np.abs(end_all - start_all).sum(axis=1) != 0)  # PAIR returns zeros for x == baseline
         if not len(moving):
-            return attr
-        x = start.copy()
-        features = end.shape[1]
-        k = int(np.floor(self.fraction * (features - 1)))  # np.quantile(method="lower")'s order statistic
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for step in range(self.steps):
-                sub = moving
-                grad_actual = self._gradients(
-                    inputs, targets, resolved, at, owners[sub], x[sub].reshape((len(sub), *shape))
-                ).reshape(len(sub), -1).astype(np.float64)
-                grad = grad_actual.copy()
-                alpha = (step + 1.0) / self.steps
-                alpha_min, alpha_max = max(alpha - self.max_dist, 0.0), min(alpha + self.max_dist, 1.0)
-                x_min = start[sub] + diff[sub] * alpha_min
-                x_max = start[sub] + diff[sub] * alpha_max
-                l1_target = l1_total[sub] * (1 - (step + 1) / self.steps)
-                live = np.ones(len(sub), bool)  # PAIR's `while gamma > 1`, per sample
-                while live.any():
-                    i = np.flatnonzero(live)
-                    rows = sub[i]
-                    xs = x[rows]
-                    x_old = xs.copy()
-                    x_alpha = np.where(diff[rows] != 0, (xs - start[rows]) / diff[rows], np.nan)
-                    x_alpha[np.isnan(x_alpha)] = alpha_max
-                    below = x_alpha < alpha_min
-                    xs[below] = x_min[i][below]
-                    l1_current = np.abs(xs - end[rows]).sum(axis=1)
-                    close = np.abs(l1_target[i] - l1_current) <= np.maximum(
-                        1e-9 * np.maximum(np.abs(l1_target[i]), np.abs(l1_current)), 1e-9)  # math.isclose
-                    g = grad[i]
-                    g[xs == x_max[i]] = np.inf
-                    threshold = np.partition(np.abs(g), k, axis=1)[:, k]
-                    chosen = (np.abs(g) <= threshold[:, None]) & (g != np.inf) & ~close[:, None]
-                    grad[i] = g
-                    l1_s = (np.abs(xs - x_max[i]) * chosen).sum(axis=1)
-                    gamma = np.where(l1_s > 0, (l1_current - l1_target[i]) / np.where(l1_s > 0, l1_s, 1.0), np.inf)
-                    full = chosen & (gamma > 1.0)[:, None]
-                    part = chosen & (gamma <= 1.0)[:, None]
-                    xs = np.where(full, x_max[i], xs)
-                    xs = np.where(part, xs + (x_max[i] - xs) * np.minimum(gamma, 1.0)[:, None], xs)
-                    x[rows] = xs
-                    attr[rows] += (xs - x_old) * grad_actual[i]
-                    live[i] = ~close & (gamma > 1.0)
-        return attr
+            return result
+        end, start = end_all[moving], start_all[moving]
+        diff = end - start
+        still = diff == 0
+        safe = np.where(still, 1.0, diff)
+        l1_total = np.abs(diff).sum(axis=1)
+        x, attr = start.copy(), np.zeros_like(end)
+        k = int(np.floor(self.fraction * (end.shape[1] - 1)))  # np.quantile(method="lower")'s order statistic
+        for step in range(self.steps):
+            grad_actual = self._gradients(
+                inputs, targets, resolved, at, owners[moving], x.reshape((len(moving), *shape))
+            ).reshape(len(moving), -1).astype(np.float64)
+            alpha = (step + 1.0) / self.steps
+            alpha_min, alpha_max = max(alpha - self.max_dist, 0.0), min(alpha + self.max_dist, 1.0)
+            x_max = start + diff * alpha_max
+            below = ~still & ((x - start) / safe < alpha_min)
+            moved = np.where(below, start + diff * alpha_min, x)
+            attr += (moved - x) * grad_actual
+            x = moved
+            l1_target = l1_total * (1 - (step + 1) / self.steps)
+            grad = grad_actual.copy()
+            live = np.ones(len(moving), bool)  # PAIR's `while gamma > 1`, per sample
+            while live.any():
+                i = slice(None) if live.all() else np.flatnonzero(live)
+                xs, top, g = x[i], x_max[i], grad[i]
+                l1_current = np.abs(xs - end[i]).sum(axis=1)
+                target = l1_target[i]
+                close = np.abs(target - l1_current) <= np.maximum(
+                    1e-9 * np.maximum(np.abs(target), np.abs(l1_current)), 1e-9)  # math.isclose
+                g[xs == top] = np.inf
+                grad[i] = g
+                magnitude = np.abs(g)
+                threshold = np.partition(magnitude, k, axis=1)[:, k]
+                chosen = (magnitude <= threshold[:, None]) & (g != np.inf) & ~close[:, None]
+                l1_s = (np.abs(xs - top) * chosen).sum(axis=1)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    gamma = np.where(l1_s > 0, (l1_current - target) / l1_s, np.inf)
+                step_to = np.where((gamma > 1.0)[:, None], top, xs + (top - xs) * np.minimum(gamma, 1.0)[:, None])
+                new = np.where(chosen, step_to, xs)
+                attr[i] += (new - xs) * grad_actual[i]
+                x[i] = new
+                live[i] = ~close & (gamma > 1.0)
+        result[moving] = attr
+        return result

@@ -167,10 +167,12 @@ def greedy_regions(
     step_gain, step_image = [], []
     big = np.int64(total)
     while active.any():
-        free = (covered_at < 0).astype(np.float64)
-        weights = free[pix]
-        count = np.bincount(ids, weights=weights, minlength=total)
-        sums = np.bincount(ids, weights=weights * flat[pix], minlength=total)
+        # only the pairs that can still count: uncovered pixels of live segments of active images (a covered
+        # pixel adds 0 to both sums, so dropping its pairs leaves every sum as it was)
+        keep = (covered_at[pix] < 0) & alive[ids] & active[owner[ids]]
+        pix, ids = pix[keep], ids[keep]
+        count = np.bincount(ids, minlength=total).astype(np.float64)
+        sums = np.bincount(ids, weights=flat[pix], minlength=total)
         here = active[owner]
         alive &= ~(here & (count < min_pixel_diff))  # PAIR drops masks adding too few pixels, for good
         left = np.add.reduceat((alive & here).astype(np.int64), starts)
@@ -186,8 +188,9 @@ def greedy_regions(
             break
         picked = first[chosen]
         step = len(step_gain)
-        in_pick = np.isin(ids, picked)
-        new = pix[in_pick][covered_at[pix[in_pick]] < 0]
+        is_picked = np.zeros(total, bool)
+        is_picked[picked] = True
+        new = pix[is_picked[ids]]  # (pairs hold uncovered pixels only)
         # one step number per image's pick: steps are numbered globally, in image order
         step_of_image = np.full(g, -1, np.int64)
         step_of_image[chosen] = step + np.arange(len(chosen))

@@ -5,6 +5,8 @@ A leaf module (numpy only), imported by ``methods``, ``metrics`` and anything el
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -65,6 +67,14 @@ def gaussian_matrix(length: int, sigma: float, truncate: float = 4.0) -> np.ndar
     return np.where(np.abs(offset) <= radius, taps[np.clip(offset + radius, 0, 2 * radius)], 0.0)
 
 
+@functools.lru_cache(maxsize=1024)
+def _matrix(length: int, sigma: float, truncate: float) -> np.ndarray:
+    """:func:`gaussian_matrix`, cached (read-only): a path reuses its blur levels for every chunk."""
+    matrix = gaussian_matrix(length, sigma, truncate)
+    matrix.flags.writeable = False
+    return matrix
+
+
 def gaussian_blur_rows(array: np.ndarray, sigmas: np.ndarray, truncate: float = 4.0) -> np.ndarray:
     """Blur each row ``r`` of ``(R, *spatial, C)`` with its own ``sigmas[r]``, zero padding, float64.
 
@@ -88,7 +98,7 @@ def gaussian_blur_rows(array: np.ndarray, sigmas: np.ndarray, truncate: float = 
     for axis in range(1, out.ndim - 1):
         length = out.shape[axis]
         unique, which = np.unique(sigmas, return_inverse=True)
-        matrices = np.stack([gaussian_matrix(length, s, truncate) for s in unique])[which]  # (R, L, L)
+        matrices = np.stack([_matrix(length, float(s), truncate) for s in unique])[which]  # (R, L, L)
         moved = np.moveaxis(out, axis, 1)
         shape = moved.shape
         blurred = np.matmul(matrices, moved.reshape(shape[0], length, -1)).reshape(shape)

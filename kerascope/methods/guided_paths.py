@@ -21,7 +21,7 @@ from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import Method, check_flag, check_number, check_positive_int
 from kerascope.methods.integrated import _chosen_baselines, _describe_baseline, _substitute, resolve_baselines
 from kerascope.methods.registry import register
-from kerascope.numeric.blur import gaussian_blur_rows
+from kerascope.numeric.blur import blur_and_slope_rows
 from kerascope.numeric.chunking import chunk_ranges
 
 
@@ -77,7 +77,7 @@ class BlurIG(_OneInputPath):
         input_index: the model input attributed (multi-input models).
 
     Cost: ``steps`` forward+backward passes per sample (plus one forward pass for the scores);
-    ``2 steps`` blurs per sample on the host, as matrix products.
+    the blurs on the host, as float32 matrix products.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -132,8 +132,7 @@ class BlurIG(_OneInputPath):
         total = np.zeros(x.shape, np.float64)
         for rows in chunk_ranges(inputs.num_samples * self.steps, self.batch_size):
             owners, steps = rows // self.steps, rows % self.steps
-            point = gaussian_blur_rows(x[owners], sigmas[steps])
-            slope = (gaussian_blur_rows(x[owners], sigmas[steps] + self.grad_step) - point) / self.grad_step
+            point, slope = blur_and_slope_rows(x[owners], sigmas[steps], self.grad_step)
             grads = self._gradients(inputs, targets, resolved, at, owners, point)
             reduce_rows(total, owners, -widths[steps], slope * grads)
         return self._done(inputs, at, total, scores, resolved)

@@ -53,12 +53,14 @@ quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durat
 # tests/test_backend_parity.py (above) compares all three backends on identical weights. test_model_kinds runs a
 # light part of every model kind here (the rest under -m slow: JAX compiles every method for every model).
 # The other issue-14 files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
-# JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...).
+# JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...). So does
+# tests/test_conductance.py (one compiled function per path length and gated unit: ~1 min of JAX compilation).
 for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
   if [ "$backend" = torch ]; then
-    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py)
+    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
+           tests/test_conductance.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
@@ -66,6 +68,7 @@ for backend in jax torch; do
     tests/test_cam_models.py tests/test_lrp.py tests/test_tolerance.py tests/test_precision.py \
     tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_hardening.py tests/test_shared_layers.py \
     tests/test_fuzz.py --hypothesis-profile=ci-small \
-    tests/test_model_kinds.py tests/test_gradient_inputs.py ${extra[@]+"${extra[@]}"} \
+    tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
+    ${extra[@]+"${extra[@]}"} \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

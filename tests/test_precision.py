@@ -302,6 +302,9 @@ _SMALL = {  # keeps every method to a few passes
     "lime": {"samples": 8}, "kernel_shap": {"samples": 8}, "shapley_sampling": {"samples": 1},
     "shapley_exact": {"mask": np.repeat(np.repeat(np.arange(4).reshape(2, 2), 4, 0), 4, 1)},
     "rise": {"masks": 4, "cell": 2}, "occlusion": {"window": 4}, "feature_ablation": {"mask": "grid"},
+    "layer_conductance": {"layer": "conv", "steps": 2}, "internal_influence": {"layer": "conv", "steps": 2},
+    "neuron_conductance": {"layer": "conv", "neuron": (1, 2, 0), "steps": 2}, "blur_ig": {"steps": 2, "max_sigma": 2},
+    "guided_ig": {"steps": 2}, "xrai": {"steps": 2, "min_pixel_diff": 4},
 }
 
 

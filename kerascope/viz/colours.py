@@ -31,7 +31,7 @@ SIGN_CONVENTIONS: dict[str, str] = {
         "saliency", "gradient_x_input", "guided_backprop", "deconvnet", "guided_gradcam",
         "integrated_gradients", "expected_gradients", "deeplift", "deeplift_shap", "smoothgrad",
         "occlusion", "feature_ablation", "shapley_exact", "shapley_sampling", "kernel_shap", "lime",
-        "lrp",
+        "lrp", "layer_conductance", "internal_influence", "neuron_conductance", "blur_ig", "guided_ig", "xrai",
     ), "signed"),
     **dict.fromkeys((
         "gradcam", "gradcam_plusplus", "xgradcam", "layercam", "hirescam", "scorecam", "ablationcam",

@@ -23,7 +23,9 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from bench import peer_env  # noqa: E402
-from bench.scenario import Options, Scenario, scenarios  # noqa: E402
+from bench.scenario import USED_KEYS, Options, Scenario, scenarios  # noqa: E402
+
+CHILD = "KERASCOPE_BENCH_CHILD"  # set in the children the runner starts
 
 
 def _value(text: str) -> object:
@@ -96,13 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:  # (backend, peers venv) -> names, in order
         item = found[name]
         groups.setdefault((item.backend or here, item.venv == "peers"), []).append(name)
-    status = 0
+    status, spawned = 0, False
     for (backend, peers), names in groups.items():
-        if backend == here and peers == peer_env.inside():
+        if backend == here and (peer_env.inside() or not peers):  # the peers' venv also runs the others
             for name in names:
                 status |= run_one(found[name], options, args.out, backend)
+        elif os.environ.get(CHILD):  # a child that still cannot run them: say so, never start another
+            print(f"Cannot run {names} here (backend {here}, peers venv: {peer_env.inside()}; needs backend "
+                  f"{backend}{', the peers venv' if peers else ''}).", file=sys.stderr)
+            status |= 1
         else:
             status |= child(names, backend, peers, args)
+            spawned = True
+    if not spawned and not os.environ.get(CHILD):
+        unused = sorted(set(extra) - USED_KEYS)  # every scenario ran here: a key none read is a typo
+        if unused:
+            print(f"--set key(s) that no chosen scenario reads: {unused}. Each family lists its keys in "
+                  "its module's docstring (bench/scenarios/).", file=sys.stderr)
+            status |= 2
     return status
 
 
@@ -117,7 +130,7 @@ def child(names: list[str], backend: str, peers: bool, args: argparse.Namespace)
     options += ["--quick"] if args.quick else []
     for pair in args.set:
         options += ["--set", pair]
-    env = {**os.environ, "KERAS_BACKEND": backend}
+    env = {**os.environ, "KERAS_BACKEND": backend, CHILD: "1"}
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     print(f"-- {len(names)} scenario(s) in a child process: backend={backend}{', peers venv' if peers else ''}",

@@ -85,16 +85,19 @@ def scenarios() -> dict[str, Scenario]:
 def settings(cls: type[T], options: Options, **defaults: object) -> T:
     """The dataclass ``cls`` from ``defaults`` overridden by ``options.extra`` (``--set key=value``).
 
-    Unknown keys are an error that names the accepted ones::
+    Keys ``cls`` does not have are left for the other scenarios of the same run (the runner names
+    the keys no scenario took); comma-separated text fills a tuple field::
 
         settings(FloorSettings, Options(extra={"samples": 32}), chunk=16)
     """
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(options.extra) - names)
-    if unknown:
-        raise ValueError(f"Unknown --set key(s). Received: {unknown}. Accepted here: {sorted(names)}.")
-    values = {**defaults, **options.extra}
+    USED_KEYS.update(names & set(options.extra))
+    values = {**defaults, **{k: v for k, v in options.extra.items() if k in names}}
     for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in values and isinstance(values[f.name], str) and "tuple" in str(f.type):
-            values[f.name] = tuple(values[f.name].split(","))
+        if f.name in values and "tuple" in str(f.type) and not isinstance(values[f.name], tuple):
+            values[f.name] = tuple(str(values[f.name]).split(","))
     return cls(**values)
+
+
+#: the ``--set`` keys some scenario of this process read (the runner reports the others)
+USED_KEYS: set[str] = set()

@@ -52,16 +52,19 @@ def test_unknown_scenario_and_bad_set_are_errors(capsys):
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
-def test_settings_override_defaults_and_reject_unknown_keys():
+def test_settings_override_defaults_and_leave_other_keys():
     @dataclass(frozen=True)
     class Knobs:
         samples: int = 16
         names: tuple[str, ...] = ("a",)
 
     assert settings(Knobs, Options(extra={"names": "x,y"}), samples=4) == Knobs(4, ("x", "y"))
-    assert settings(Knobs, Options(extra={"samples": 32}), samples=4).samples == 32
-    with pytest.raises(ValueError, match=r"Received: \['sample'\]. Accepted here: \['names', 'samples'\]"):
-        settings(Knobs, Options(extra={"sample": 32}))
+    assert settings(Knobs, Options(extra={"samples": 32, "other": 1}), samples=4) == Knobs(32, ("a",))
+
+
+def test_a_set_key_no_scenario_reads_is_reported(tmp_path, capsys):
+    assert main(["cli-startup", "--quick", "--set", "sampels=3", "--out", str(tmp_path)]) == 2
+    assert "no chosen scenario reads: ['sampels']" in capsys.readouterr().err
 
 
 def test_rotation_and_summary_are_per_round():
@@ -91,3 +94,12 @@ def test_quick_floor_scenario_writes_its_rows(tmp_path):
     assert row["method"] == "saliency" and row["images"] == 1
     assert row["ours_s"] > 0 and row["floor_s"] > 0
     assert row["ratio_min"] <= row["ratio_max"] and row["peak_mib"] > 0
+
+
+def test_a_child_never_starts_another_child(tmp_path, monkeypatch, capsys):
+    from bench.__main__ import CHILD
+
+    monkeypatch.setenv(CHILD, "1")
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    assert main(["backends-saliency-jax", "--quick", "--out", str(tmp_path)]) == 1
+    assert "needs backend jax" in capsys.readouterr().err

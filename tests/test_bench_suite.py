@@ -103,3 +103,38 @@ def test_a_child_never_starts_another_child(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
     assert main(["backends-saliency-jax", "--quick", "--out", str(tmp_path)]) == 1
     assert "needs backend jax" in capsys.readouterr().err
+
+
+def _documented_commands() -> list[list[str]]:
+    """The ``python -m bench ...`` lines of the docs, shell-expanded (braces, quotes)."""
+    lines = []
+    for page in ("docs/performance.md", "docs/batch.md", "README.md"):
+        for line in (ROOT / page).read_text().splitlines():
+            if line.startswith("python -m bench "):
+                lines.append(line.split("#")[0].strip()[len("python -m bench "):])
+    expanded = subprocess.run(["bash", "-c", "\n".join(f"printf '%s\\0' {args}; printf '\\n'" for args in lines)],
+                              capture_output=True, text=True, check=True).stdout
+    return [[a for a in line.split("\0") if a] for line in expanded.splitlines()]
+
+
+def test_every_documented_command_names_scenarios_and_settings_that_exist():
+    import dataclasses
+    import importlib
+
+    from bench import floor
+
+    found = scenarios()
+    keys = {f.name for f in dataclasses.fields(floor.Settings)}
+    for module in {item.run.func.__module__ for item in found.values() if hasattr(item.run, "func")}:
+        for value in vars(importlib.import_module(module)).values():
+            if dataclasses.is_dataclass(value) and isinstance(value, type):
+                keys |= {f.name for f in dataclasses.fields(value)}
+    commands = _documented_commands()
+    assert len(commands) >= 15
+    for argv in commands:
+        names = [a for a in argv if not a.startswith("-")]
+        sets = [argv[i + 1].split("=")[0] for i, a in enumerate(argv) if a == "--set"]
+        names = [n for n in names if n not in {argv[i + 1] for i, a in enumerate(argv) if a in ("--set", "--repeats",
+                                                                                             "--tag")}]
+        assert not choose(found, names, [])[1], argv
+        assert set(sets) <= keys, argv

@@ -21,7 +21,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Options:
 
     repeats: int = 5
     quick: bool = False
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # ``--set key=value`` pairs, read with :func:`settings`
 
 
 @dataclass(frozen=True)
@@ -41,18 +44,30 @@ class Scenario:
     description: str
     run: Callable[[Options], list[dict]]
     tags: tuple[str, ...] = ()
+    backend: str | None = None  # the Keras backend it needs (None: any; ``--backend`` picks)
+    venv: str | None = None  # "peers": runs in the peers' environment (``bench/peer_env.py``)
 
 
 _SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, description: str, tags: tuple[str, ...] = ()) -> Callable:
-    """Register ``fn`` as the scenario ``name`` (names are unique; tags group them, e.g. ``peers``)."""
+def scenario(
+    name: str, description: str, tags: tuple[str, ...] = (), backend: str | None = None, venv: str | None = None
+) -> Callable:
+    """Register ``fn`` as the scenario ``name`` (names are unique; tags group them, e.g. ``peers``).
+
+    ``backend``: the Keras backend the scenario needs (the runner starts a child process with
+    it when this one runs another); ``venv="peers"``: it imports peer libraries, so the runner
+    runs it with the peers' interpreter. A family registers one closure per parameter set::
+
+        for model in ("demo", "mobilenetv2"):
+            scenario(f"floor-saliency-{model}", "...", tags=("floor",))(partial(measure, model))
+    """
 
     def register(fn: Callable[[Options], list[dict]]) -> Callable[[Options], list[dict]]:
         if name in _SCENARIOS and _SCENARIOS[name].run is not fn:
             raise ValueError(f"Scenario {name!r} is registered twice.")
-        _SCENARIOS[name] = Scenario(name, description, fn, tuple(tags))
+        _SCENARIOS[name] = Scenario(name, description, fn, tuple(tags), backend, venv)
         return fn
 
     return register
@@ -65,3 +80,24 @@ def scenarios() -> dict[str, Scenario]:
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"bench.scenarios.{module.name}")
     return dict(sorted(_SCENARIOS.items()))
+
+
+def settings(cls: type[T], options: Options, **defaults: object) -> T:
+    """The dataclass ``cls`` from ``defaults`` overridden by ``options.extra`` (``--set key=value``).
+
+    Keys ``cls`` does not have are left for the other scenarios of the same run (the runner names
+    the keys no scenario took); comma-separated text fills a tuple field::
+
+        settings(FloorSettings, Options(extra={"samples": 32}), chunk=16)
+    """
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    USED_KEYS.update(names & set(options.extra))
+    values = {**defaults, **{k: v for k, v in options.extra.items() if k in names}}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in values and "tuple" in str(f.type) and not isinstance(values[f.name], tuple):
+            values[f.name] = tuple(str(values[f.name]).split(","))
+    return cls(**values)
+
+
+#: the ``--set`` keys some scenario of this process read (the runner reports the others)
+USED_KEYS: set[str] = set()

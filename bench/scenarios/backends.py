@@ -1,38 +1,41 @@
-"""kerascope vs a hand-written compiled baseline, per Keras backend.
+"""kerascope vs a hand-written compiled baseline on each Keras backend.
 
-For each backend (one subprocess each: Keras reads ``KERAS_BACKEND`` at
-import) the same model and batch of 8 inputs are explained with
-``Saliency``, ``GradCAM``, ``SmoothGrad(samples=50)`` and
-``IntegratedGradients(steps=50)`` and with a hand-written function on that
-backend: ``tf.function`` + ``GradientTape`` (TensorFlow),
-``jax.jit(jax.grad(...))`` over ``stateless_call`` (JAX), eager autograd
-(PyTorch; ``--torch-compile`` also times a ``torch.compile`` baseline).
-Both sides use the same chunk size and numpy noise / path points, warm up
-twice (compilation), then alternate round by round; the median seconds,
-the median of the per-round ratios kerascope / baseline and their spread
-are printed as a Markdown table.
+``backends-METHOD-BACKEND``: the same model (MobileNetV2, alpha 0.5, ``weights=None``, 96 px) and
+batch of 8 inputs explained with ``Saliency``, ``GradCAM``, ``SmoothGrad(samples=50)`` or
+``IntegratedGradients(steps=50)`` and with a hand-written function on that backend:
+``tf.function`` + ``GradientTape`` (TensorFlow), ``jax.jit(jax.grad(...))`` over ``stateless_call``
+(JAX), eager autograd (PyTorch; ``--set torch_compile=1`` times a ``torch.compile`` baseline).
+Both sides use the same chunk size and numpy noise / path points, warm up twice (compilation),
+then alternate round by round (cheap cases get more rounds: about 2 s per side); the median
+seconds, the median of the per-round ratios kerascope / baseline and their spread. The runner
+starts one child process per backend (Keras reads ``KERAS_BACKEND`` at import).
 
-Usage:
-    python bench/backends.py [--backends tensorflow,jax,torch] [--size 96] [--repeats 5] [--torch-compile]
-    python bench/backends.py --worker jax ...   # one backend, in this process
+    python -m bench 'backends-*'
+    python -m bench 'backends-*-jax' --set size=128
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
-from timing import rotating_times  # bench/timing.py
+
+from bench.scenario import Options, scenario, settings
+from bench.timing import rotating_times
 
 BATCH, SAMPLES, STEPS, NOISE, CHUNK = 8, 50, 50, 0.15, 64
+METHODS = ("saliency", "gradcam", "smoothgrad", "integrated_gradients")
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    size: int = 96
+    torch_compile: bool = False
 
 
 def build(size: int) -> tuple[Any, str]:
@@ -153,65 +156,48 @@ def paired_times(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: in
     times = rotating_times({"ours": ours, "base": theirs}, rounds)
     ratios = [a / b for a, b in zip(times["ours"], times["base"])]
     return {"kerascope_s": statistics.median(times["ours"]), "baseline_s": statistics.median(times["base"]),
-            "ratio": statistics.median(ratios), "spread": f"{min(ratios):.2f}..{max(ratios):.2f}"}
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios), "rounds": rounds}
 
 
-def worker(backend: str, size: int, repeats: int, torch_compile: bool) -> dict[str, Any]:
+@lru_cache(maxsize=1)
+def _setup(backend: str, size: int, torch_compile: bool) -> tuple[Any, str, Any, Any, dict]:
     import keras
 
-    import kerascope as ks
-
-    assert keras.backend.backend() == backend, (keras.backend.backend(), backend)
+    if keras.backend.backend() != backend:
+        raise RuntimeError(f"Keras runs {keras.backend.backend()!r}, this scenario needs {backend!r}.")
     model, layer = build(size)
     x = np.random.default_rng(1).uniform(0, 1, (BATCH, size, size, 3)).astype(np.float32)
     t = (np.arange(BATCH) % 10).astype(np.int32)
-    base = baselines(backend, model, layer, size, torch_compile)
-    noisy, (path, weights) = noisy_rows(x), path_rows(x)
-    t_sg, t_ig = np.repeat(t, SAMPLES), np.repeat(t, STEPS)
-
-    def base_sg() -> np.ndarray:
-        return chunked(base["grad"], noisy, t_sg).reshape(BATCH, SAMPLES, *x.shape[1:]).mean(1)
-
-    def base_ig() -> np.ndarray:
-        g = chunked(base["grad"], path, t_ig).reshape(BATCH, STEPS, *x.shape[1:])
-        return x * np.tensordot(weights, g, axes=([0], [1]))
-
-    cases = {
-        "Saliency": (lambda: ks.Saliency(model, batch_size=CHUNK).explain(x, t), lambda: base["grad"](x, t)),
-        "GradCAM": (lambda: ks.GradCAM(model, layer=layer, batch_size=CHUNK).explain(x, t),
-                    lambda: base["cam"](x, t)),
-        "SmoothGrad(50)": (lambda: ks.SmoothGrad(model, samples=SAMPLES, batch_size=CHUNK).explain(x, t), base_sg),
-        "IntegratedGradients(50)": (
-            lambda: ks.IntegratedGradients(model, steps=STEPS, batch_size=CHUNK).explain(x, t), base_ig),
-    }
-    return {name: paired_times(ours, theirs, repeats) for name, (ours, theirs) in cases.items()}
+    return model, layer, x, t, baselines(backend, model, layer, size, torch_compile)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default="tensorflow,jax,torch")
-    parser.add_argument("--size", type=int, default=96, help="input image side (MobileNetV2, alpha 0.5)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--torch-compile", action="store_true", help="torch baseline with torch.compile")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args.worker, args.size, args.repeats, args.torch_compile)))
-        return
-    print(f"MobileNetV2(alpha=0.5) {args.size}x{args.size}, batch {BATCH}, chunk {CHUNK}, median of {args.repeats}")
-    print("| backend | method | kerascope (s) | baseline (s) | ratio | spread |\n|---|---|---|---|---|---|")
-    for backend in args.backends.split(","):
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-        command = [sys.executable, __file__, "--worker", backend, "--size", str(args.size),
-                   "--repeats", str(args.repeats)] + (["--torch-compile"] if args.torch_compile else [])
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(f"| {backend} | failed | {done.stderr.strip().splitlines()[-1] if done.stderr else ''} | | | |")
-            continue
-        for name, row in json.loads(done.stdout.strip().splitlines()[-1]).items():
-            print(f"| {backend} | {name} | {row['kerascope_s']:.3f} | {row['baseline_s']:.3f} | {row['ratio']:.2f} "
-                  f"| {row['spread']} |")
+def compare(method: str, backend: str, options: Options) -> list[dict]:
+    """kerascope's ``method`` against the hand-written baseline on ``backend``."""
+    import kerascope as ks
+
+    args = settings(BackendSettings, options, **({"size": 32} if options.quick else {}))
+    model, layer, x, t, base = _setup(backend, args.size, args.torch_compile)
+    if method == "saliency":
+        ours, theirs = (lambda: ks.Saliency(model, batch_size=CHUNK).explain(x, t)), (lambda: base["grad"](x, t))
+    elif method == "gradcam":
+        ours = lambda: ks.GradCAM(model, layer=layer, batch_size=CHUNK).explain(x, t)  # noqa: E731
+        theirs = lambda: base["cam"](x, t)  # noqa: E731
+    elif method == "smoothgrad":
+        noisy, t_sg = noisy_rows(x), np.repeat(t, SAMPLES)
+        ours = lambda: ks.SmoothGrad(model, samples=SAMPLES, batch_size=CHUNK).explain(x, t)  # noqa: E731
+        theirs = lambda: chunked(base["grad"], noisy, t_sg).reshape(BATCH, SAMPLES, *x.shape[1:]).mean(1)  # noqa: E731
+    else:
+        (path, weights), t_ig = path_rows(x), np.repeat(t, STEPS)
+
+        def theirs() -> np.ndarray:
+            g = chunked(base["grad"], path, t_ig).reshape(BATCH, STEPS, *x.shape[1:])
+            return x * np.tensordot(weights, g, axes=([0], [1]))
+
+        ours = lambda: ks.IntegratedGradients(model, steps=STEPS, batch_size=CHUNK).explain(x, t)  # noqa: E731
+    return [{"backend": backend, "method": method, "size": args.size, **paired_times(ours, theirs, options.repeats)}]
 
 
-if __name__ == "__main__":
-    main()
+for _backend in ("tensorflow", "jax", "torch"):
+    for _method in METHODS:
+        scenario(f"backends-{_method}-{_backend}", f"{_method} vs a hand-written compiled baseline on {_backend}",
+                 tags=("backends", _method, _backend), backend=_backend)(partial(compare, _method, _backend))

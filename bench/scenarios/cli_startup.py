@@ -1,16 +1,15 @@
-"""Command-line start-up: commands without a model, and the time to explain's first progress bar.
+"""Command-line start-up: commands without a model, and the time to ``explain``'s first progress bar.
 
-Each command runs in a fresh interpreter (as a shell runs it), in rotating order, ``--rounds``
-times; the baselines are a bare interpreter (``python -c pass``) and ``import keras`` (the backend
-import every model command pays). ``explain`` is timed until its first progress-bar frame appears
-on standard error. Prints one Markdown table (median and min–max seconds) and the load average.
+``cli-startup``: each command runs in a fresh interpreter (as a shell runs it), in rotating order,
+one round per ``--repeats``; the baselines are a bare interpreter (``python -c pass``) and
+``import keras`` (the backend import every model command pays). ``explain`` is timed until its
+first progress-bar frame appears on standard error. One row per command: median and min-max s.
 
-    python bench/cli_startup.py --rounds 5
+    python -m bench cli-startup --repeats 5
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -19,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.scenario import Options, scenario
+
+ROOT = Path(__file__).resolve().parents[2]
 CLI = "import sys\nfrom kerascope.cli import main\nsys.exit(main(sys.argv[1:]))"
 
 
@@ -53,10 +54,10 @@ def run_to_first_bar(argv: list[str]) -> tuple[float, float]:
     return first, time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+@scenario("cli-startup", "CLI start-up: --help, --version, methods, and explain's first progress bar",
+          tags=("first-call", "cli", "demo"))
+def cli_startup(options: Options) -> list[dict]:
+    """Fresh-interpreter seconds of each command, rotating; ``explain`` until its first progress bar."""
     from kerascope.data import demo_images, demo_model_path
 
     out = tempfile.mkdtemp(prefix="ks-bench-")
@@ -69,30 +70,27 @@ def main() -> None:
         "kerascope methods": [py, "-c", CLI, "methods"],
         "kerascope report --help": [py, "-c", CLI, "report", "--help"],
     }
+    if options.quick:
+        commands = {k: commands[k] for k in ("python -c pass (baseline)", "kerascope --version")}
     explain = [py, "-c", CLI, "explain", str(demo_model_path()), *map(str, demo_images()[:4]), "--method",
                "smoothgrad", "--out", out]
     times: dict[str, list[float]] = {name: [] for name in commands}
     first_bar: list[float] = []
     explain_total: list[float] = []
-    for round_ in range(args.rounds):
+    for round_ in range(options.repeats):
         names = list(commands)
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
             times[name].append(run_to_end(commands[name]))
-        bar, total = run_to_first_bar(explain)
-        first_bar.append(bar)
-        explain_total.append(total)
-    times["explain: first progress bar"] = first_bar
-    times["explain: first bar minus import keras (same round)"] = [
-        b - k for b, k in zip(first_bar, times["import keras (backend import)"])]
-    times["explain: whole run (4 images, smoothgrad)"] = explain_total
-    print("| command | median s | min–max s |\n|---|---|---|")
-    for name, values in times.items():
-        print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f}–{max(values):.2f} |")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    print(f"\n{args.rounds} rounds, rotating order; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
-          f"on {os.cpu_count()} CPUs")
-
-
-if __name__ == "__main__":
-    main()
+        if not options.quick:
+            bar, total = run_to_first_bar(explain)
+            first_bar.append(bar)
+            explain_total.append(total)
+    if first_bar:
+        times["explain: first progress bar"] = first_bar
+        times["explain: first bar minus import keras (same round)"] = [
+            b - k for b, k in zip(first_bar, times["import keras (backend import)"], strict=True)]
+        times["explain: whole run (4 images, smoothgrad)"] = explain_total
+    rows: list[dict] = [{"command": name, "median_s": statistics.median(values), "min_s": min(values),
+                         "max_s": max(values)} for name, values in times.items()]
+    return rows + [{"load_avg": os.getloadavg()[0], "cpus": os.cpu_count()}]

@@ -1,10 +1,10 @@
 """Time to the first explanation: import + model build + trace + compute, each in a fresh interpreter.
 
 For every (library, method) a new Python process (the peers' venv, see
-``bench/peers.py --setup``) imports the backend and the library, builds
-MobileNetV2 (``weights=None``, nothing downloaded), explains ``--images``
+``python -m bench --setup-peers``) imports the backend and the library, builds
+MobileNetV2 (``weights=None``, nothing downloaded), explains ``images``
 images once, then once more (the second call shows what the first paid for
-tracing and one-time checks), then ``--calls`` - 2 more times (``calls_cpu``: the CPU
+tracing and one-time checks), then ``calls`` - 2 more times (``calls_cpu``: the CPU
 seconds of all of them, for a library that trades a cheap first call for dearer later
 ones). The parent times the whole process from its
 start to its exit; the child reports its phases in wall seconds, and the CPU
@@ -16,34 +16,52 @@ time, the (library, method) order rotating every round, so a busy phase of a
 shared machine hits every library alike.
 
 Each library loads from compiled bytecode: the peers are pip-installed (pip writes their
-``.pyc`` files), and before the rounds this script byte-compiles the kerascope trees it times
+``.pyc`` files), and before the rounds this scenario byte-compiles the kerascope trees it times
 (``compileall``), as an installed wheel would be. Without it, where ``PYTHONDONTWRITEBYTECODE``
 is set (as on the development machines) every kerascope module was compiled from source in every
 child: ~0.055 s of kerascope's first call that no user with an installed package pays. The
 classes are imported in the library phase for every library (``from kerascope import Saliency``
 as ``from tf_keras_vis.saliency import Saliency``), so the first call times the call alone.
 
-Usage:
-    python bench/first_call.py --rounds 3
-    python bench/first_call.py --rounds 3 --one-thread   # one TF thread: CPU seconds steadier on a loaded machine
-    python bench/first_call.py --methods saliency gradcam --libraries kerascope xplique --size 160
-    python bench/first_call.py --before /tmp/old-checkout   # adds that tree's kerascope as "kerascope-before"
+Settings (``--set``): ``size`` (224), ``images`` (4), ``calls`` (4), ``one_thread``,
+``libraries`` (comma-separated), ``before`` (another checkout: row ``kerascope-before``). The
+rounds are ``--repeats``.
+
+    python -m bench first-call-saliency first-call-gradcam --repeats 3 --set one_thread=1
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
+import sys
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
-VENV = Path(os.environ.get("KERASCOPE_PEERS_VENV", Path.home() / ".cache" / "kerascope" / "peers-venv"))
+from bench import peer_env
+from bench.scenario import Options, scenario, settings
+
+HERE = Path(__file__).resolve().parent.parent
 LIBRARIES = ("kerascope", "tf-keras-vis", "xplique", "tf-explain")
 METHODS = ("saliency", "gradcam")
+PHASES = ("process", "backend", "library", "model", "first", "second", "first_cpu", "second_cpu", "calls_cpu",
+          "all_cpu")
+
+
+@dataclass(frozen=True)
+class FirstCallSettings:
+    size: int = 224
+    images: int = 4
+    calls: int = 4
+    one_thread: bool = False
+    libraries: tuple[str, ...] = LIBRARIES
+    before: str | None = None
+
 
 # The child: one library, one method. ``{...}`` fields are filled in by the parent.
 CHILD = r'''
@@ -102,12 +120,12 @@ print("RESULT " + json.dumps({{"backend": backend - start, "library": imported -
 '''
 
 
-def run_child(python: str, library: str, method: str, args: argparse.Namespace) -> dict:
+def run_child(python: str, library: str, method: str, args: Any) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     prefix = ""
     if library == "kerascope-before":  # another checkout's kerascope (e.g. before a change), same child code
         # first on sys.path: `python -c` puts the working directory (this checkout) before PYTHONPATH
-        prefix = f"import sys; sys.path.insert(0, {str(args.before.resolve())!r})\n"
+        prefix = f"import sys; sys.path.insert(0, {str(Path(args.before).resolve())!r})\n"
         library = "kerascope"
     code = prefix + CHILD.format(library=library, method=method, size=args.size, images=args.images, calls=args.calls,
                         one_thread=args.one_thread)
@@ -121,58 +139,43 @@ def run_child(python: str, library: str, method: str, args: argparse.Namespace) 
     return {**json.loads(lines[-1][len("RESULT "):]), "process": wall}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--images", type=int, default=4)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
-    parser.add_argument("--calls", type=int, default=4,
-                        help="explanations per process; calls_cpu: their CPU seconds in total (first included)")
-    parser.add_argument("--one-thread", action="store_true",
-                        help="one TensorFlow thread in every child (CPU seconds without idle threads spinning)")
-    parser.add_argument("--before", type=Path, default=None,
-                        help="also time the kerascope package found in this folder (row 'kerascope-before')")
-    args = parser.parse_args()
-    if args.before is not None:
-        args.libraries = ["kerascope-before", *args.libraries]
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        raise SystemExit(f"No peers venv at {VENV}. Run `python bench/peers.py --setup` first.")
-    for tree in [HERE.parent, args.before] if args.before is not None else [HERE.parent]:
-        compiled = subprocess.run([str(python), "-m", "compileall", "-q", str(tree.resolve() / "kerascope")],
+def first_call(method: str, options: Options) -> list[dict]:
+    """Every library's first call of ``method``, fresh processes, rounds rotating: median and range per phase."""
+    quick = {"size": 64, "images": 1, "calls": 2, "libraries": ("kerascope",)} if options.quick else {}
+    args = settings(FirstCallSettings, options, **quick)
+    if args.calls < 2:
+        raise ValueError(f"calls must be at least 2 (a first and a second call). Received: calls={args.calls}.")
+    python = str(peer_env.python()) if peer_env.python().exists() else sys.executable
+    libraries = (["kerascope-before"] if args.before else []) + list(args.libraries)
+    trees = [HERE] + ([Path(args.before)] if args.before else [])
+    for tree in trees:  # as an installed wheel: the peers' .pyc files were written by pip
+        compiled = subprocess.run([python, "-m", "compileall", "-q", str(tree.resolve() / "kerascope")],
                                   capture_output=True, text=True)
         if compiled.returncode != 0:
-            raise SystemExit(f"Could not byte-compile {tree / 'kerascope'}: {compiled.stdout}{compiled.stderr}")
-    pairs = [(lib, m) for m in args.methods for lib in args.libraries]
-    results: dict[tuple[str, str], list[dict]] = {pair: [] for pair in pairs}
-    load = os.getloadavg()
-    if args.calls < 2:
-        parser.error(f"--calls must be at least 2 (a first and a second call). Received: --calls {args.calls}.")
-    print(f"MobileNetV2 weights=None size={args.size} images={args.images} rounds={args.rounds} calls={args.calls} "
-          f"{'one TF thread ' if args.one_thread else ''}"
-          f"load_avg={load[0]:.1f},{load[1]:.1f}", flush=True)
-    for round_ in range(args.rounds):
-        shift = round_ % len(pairs)
-        for pair in pairs[shift:] + pairs[:shift]:
-            results[pair].append(run_child(str(python), *pair, args))
-            print(f"  round {round_ + 1} {pair[0]:<13}{pair[1]:<9} {results[pair][-1]}", flush=True)
-    phases = ("process", "backend", "library", "model", "first", "second", "first_cpu", "second_cpu", "calls_cpu",
-              "all_cpu")
-    print(f"\n{'method':<9}{'library':<14}" + "".join(f"{p:>18}" for p in phases) + "   (median (min-max) s)")
-    for (lib, method), runs in results.items():
+            raise RuntimeError(f"Could not byte-compile {tree / 'kerascope'}: {compiled.stdout}{compiled.stderr}")
+    results: dict[str, list[dict]] = {lib: [] for lib in libraries}
+    for round_ in range(options.repeats):
+        shift = round_ % len(libraries)
+        for lib in libraries[shift:] + libraries[:shift]:
+            results[lib].append(run_child(python, lib, method, args))
+    rows = []
+    for lib, runs in results.items():
         good = [r for r in runs if "error" not in r]
+        row: dict[str, Any] = {"method": method, "library": lib, "size": args.size, "images": args.images,
+                               "python": python, "ok_rounds": len(good)}
         if not good:
-            print(f"{method:<9}{lib:<14} FAILED: {runs[-1].get('error')}")
+            rows.append({**row, "error": runs[-1].get("error")})
             continue
-        cells = []
-        for p in phases:
+        for p in PHASES:
             values = [r[p] for r in good]
-            cells.append(f"{statistics.median(values):7.2f} ({min(values):.2f}-{max(values):.2f})")
-        print(f"{method:<9}{lib:<14}" + "".join(f"{c:>18}" for c in cells))
-    print(f"load_avg at end={','.join(f'{v:.1f}' for v in os.getloadavg())}")
+            key = "import_library" if p == "library" else p  # "library" names the row's library
+            row |= {key: statistics.median(values), f"{key}_min": min(values), f"{key}_max": max(values)}
+        rows.append(row)
+    rows.append({"load_avg": os.getloadavg()[0], "when": time.strftime("%H:%M:%S")})
+    return rows
 
 
-if __name__ == "__main__":
-    main()
+for _method in METHODS:
+    scenario(f"first-call-{_method}", f"time to the first {_method} map, fresh process, kerascope vs peers "
+             "(MobileNetV2)", tags=("first-call", "peers", _method, "mobilenetv2"), backend="tensorflow")(
+        partial(first_call, _method))

@@ -1,4 +1,4 @@
-"""KernelSHAP and LIME: kerascope vs the shap / lime packages vs a Captum-style Python loop, in one run.
+"""KernelSHAP and LIME: kerascope vs the shap / lime packages vs a Captum-style Python loop, in one process.
 
 Same model (the demo CNN, or a small MobileNetV2 with weights=None), same images, same superpixel mask
 (SLIC or a grid), same baseline, same number of coalitions per image, same batch size. Per image:
@@ -13,45 +13,51 @@ Same model (the demo CNN, or a small MobileNetV2 with weights=None), same images
   Python, ``perturbations_per_eval`` of them stacked per eager ``model(...)`` call, then the solve. With
   Captum's default ``perturbations_per_eval=1`` (row ``captum-loop(1)``) every coalition is one call.
 
-Times are medians over ``--rounds`` rounds; the order of the libraries rotates every round
-(bench/timing.py). Usage:
+``feature-masks-METHOD-MODEL`` times kerascope and its peers on the same images, medians over
+the rounds, the order rotating every round; Captum's default ``perturbations_per_eval=1`` (one
+eager call per coalition) is so slow that it is timed once, after the rotating rounds (skip it
+with ``--set skip_loop1=1``). Settings: ``images`` (2), ``samples`` (1000), ``batch_size`` (100),
+``mask`` (``slic`` or ``grid``).
 
-    python bench/feature_masks.py --model demo --images 2 --samples 1000 --batch-size 100
+    python -m bench feature-masks-kernel_shap-demo feature-masks-lime-demo --repeats 3
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
-from pathlib import Path
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from timing import rotating_times  # noqa: E402
-
-import kerascope as ks  # noqa: E402
-from kerascope.methods.coalitions import LIME, _kernel_design, constrained_wls, ridge  # noqa: E402
-from kerascope.methods.feature_masks import grid_mask, segmentation  # noqa: E402
+from bench.scenario import Options, scenario, settings
+from bench.timing import rotating_times
 
 
-def build(name: str) -> keras.Model:
-    if name == "demo":
-        from kerascope.data import demo_model_path
+@dataclass(frozen=True)
+class MaskSettings:
+    images: int = 2
+    samples: int = 1000
+    batch_size: int = 100
+    mask: str = "slic"
+    skip_loop1: bool = False
 
-        return ks.load_model(demo_model_path())
+
+def build(name: str) -> Any:
+    import keras
+
+    from bench.models import build_model
+
     if name == "mobilenetv2":
         return keras.applications.MobileNetV2(input_shape=(96, 96, 3), alpha=0.5, weights=None)
-    raise ValueError(f"Unknown model. Received: model={name!r}. Expected 'demo' or 'mobilenetv2'.")
+    return build_model(name)
 
 
-def logits_model(model: keras.Model) -> Any:
+def logits_model(model: Any) -> Any:
     """The model's pre-softmax output as kerascope scores it (a plain eager callable for the peers)."""
+    import kerascope as ks
+
     engine = ks.Engine(model)
 
     def call(images: np.ndarray) -> np.ndarray:
@@ -65,21 +71,20 @@ def images_of(mask: np.ndarray, image: np.ndarray, z: np.ndarray, baseline: floa
     return np.where(keep, image[None], np.float32(baseline)).astype(np.float32)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="demo", choices=["demo", "mobilenetv2"])
-    parser.add_argument("--images", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--mask", default="slic", choices=["slic", "grid"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--skip-loop1", action="store_true", help="skip the perturbations_per_eval=1 loop")
-    args = parser.parse_args()
+def compare(method: str, model_name: str, options: Options) -> list[dict]:
+    """kerascope's ``method`` (``kernel_shap`` or ``lime``) vs its package and a Captum-style loop."""
+    import keras
 
+    import kerascope as ks
+    from kerascope.methods.coalitions import LIME, _kernel_design, constrained_wls, ridge
+    from kerascope.methods.feature_masks import grid_mask, segmentation
+
+    quick = {"images": 1, "samples": 64, "batch_size": 32, "skip_loop1": True} if options.quick else {}
+    args = settings(MaskSettings, options, **quick)
     import lime.lime_image as lime_image
     import shap
 
-    model = build(args.model)
+    model = build(model_name)
     size = model.inputs[0].shape[1:3]
     from kerascope.data import demo_images
     from kerascope.io.images import read_image
@@ -146,31 +151,32 @@ def main() -> None:
             else:
                 ridge(z.astype(float), y, kernel(z), 1.0)
 
-    groups = {
-        "KernelSHAP": {"kerascope": ours_kernel, "shap": shap_kernel,
-                       f"captum-loop({bs})": lambda: loop("kernel_shap", bs)},
-        "LIME": {"kerascope": ours_lime, "lime": lime_package, f"captum-loop({bs})": lambda: loop("lime", bs)},
-    }
-    # Captum's default perturbations_per_eval=1 (one eager call per coalition) is so slow that it is
-    # timed once, after the rotating rounds of the others
-    single = {"KernelSHAP": lambda: loop("kernel_shap", 1), "LIME": lambda: loop("lime", 1)}
-    print(f"model={args.model} input={tuple(size)} images={args.images} samples={n} batch_size={bs} "
-          f"mask={args.mask} features/image={features} backend={keras.backend.backend()}")
-    print("| method | library | s / image (median) | x kerascope | rounds (s / image) |")
-    print("|---|---|---:|---:|---|")
-    for method, runners in groups.items():
-        for run in runners.values():  # warm-up: compilation and first calls
-            run()
-        times = rotating_times(runners, args.rounds)
-        ours = statistics.median(times["kerascope"]) / args.images
-        for label, values in times.items():
-            per = statistics.median(values) / args.images
-            rounds = ", ".join(f"{v / args.images:.3f}" for v in values)
-            print(f"| {method} | {label} | {per:.3f} | {per / ours:.2f} | {rounds} |", flush=True)
-        if not args.skip_loop1:
-            per = rotating_times({"one": single[method]}, 1)["one"][0] / args.images
-            print(f"| {method} | captum-loop(1) | {per:.3f} | {per / ours:.2f} | {per:.3f} (one round) |", flush=True)
+    runners = {
+        "kernel_shap": {"kerascope": ours_kernel, "shap": shap_kernel,
+                        f"captum-loop({bs})": lambda: loop("kernel_shap", bs)},
+        "lime": {"kerascope": ours_lime, "lime": lime_package, f"captum-loop({bs})": lambda: loop("lime", bs)},
+    }[method]
+    for run in runners.values():  # warm-up: compilation and first calls
+        run()
+    times = rotating_times(runners, options.repeats)
+    ours = statistics.median(times["kerascope"]) / args.images
+    common = {"method": method, "model": model_name, "input": str(tuple(size)), "samples": n, "batch_size": bs,
+              "mask": args.mask, "features": str(features)}
+    rows = []
+    for label, values in times.items():
+        per = statistics.median(values) / args.images
+        rows.append({**common, "library": label, "s_per_image": per, "x_kerascope": per / ours,
+                     "min_s_per_image": min(values) / args.images, "max_s_per_image": max(values) / args.images})
+    if not args.skip_loop1:
+        per = rotating_times({"one": lambda: loop(method, 1)}, 1)["one"][0] / args.images
+        rows.append({**common, "library": "captum-loop(1)", "s_per_image": per, "x_kerascope": per / ours,
+                     "rounds": 1})
+    return rows
 
 
-if __name__ == "__main__":
-    main()
+for _model_name in ("demo", "mobilenetv2"):
+    for _method in ("kernel_shap", "lime"):
+        scenario(f"feature-masks-{_method}-{_model_name}",
+                 f"{_method} on superpixels: kerascope vs its package vs a Captum-style loop, {_model_name}",
+                 tags=("peers", "feature-masks", _method, _model_name), backend="tensorflow")(
+            partial(compare, _method, _model_name))

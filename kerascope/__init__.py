@@ -38,6 +38,8 @@ _LAZY: dict[str, str] = {
     "explain": "kerascope.api",
     "load_model": "kerascope.io.models",
     "rebuild_report": "kerascope.report.rebuild",
+    "FeatureVisualization": "kerascope.features.visualize",
+    "visualize_features": "kerascope.features.visualize",
     "plot_grid": "kerascope.viz.plots",
     "plot_sequence": "kerascope.viz.plots",
     "plot_tabular": "kerascope.viz.plots",
@@ -77,6 +79,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         layers_gradients,
         weight_gradients,
     )
+    from kerascope.features.visualize import FeatureVisualization, visualize_features  # noqa: F401
     from kerascope.io.models import load_model  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403
     from kerascope.report.rebuild import rebuild_report  # noqa: F401

@@ -39,6 +39,7 @@ _LAZY: dict[str, str] = {
     "load_model": "kerascope.io.models",
     "rebuild_report": "kerascope.report.rebuild",
     "FeatureVisualization": "kerascope.features.visualize",
+    "CRAFT": "kerascope.concepts.craft",
     "TCAV": "kerascope.concepts.tcav",
     "TCAVResult": "kerascope.concepts.tcav",
     "visualize_features": "kerascope.features.visualize",
@@ -71,6 +72,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope import batch, callbacks, evaluation, methods, metrics  # noqa: F401
     from kerascope.api import explain  # noqa: F401
+    from kerascope.concepts.craft import CRAFT  # noqa: F401
     from kerascope.concepts.tcav import TCAV, TCAVResult  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401

@@ -218,3 +218,18 @@ def test_cli_writes_one_png_per_channel_and_an_index(tmp_path, capsys):
     assert "What each channel of conv detects" in index and index.count("<img") == 3
     assert main(["visualize", str(path), "--layer", "conv", "--channels", "9", "--out", str(out)]) == 2
     assert "Channel out of range" in capsys.readouterr().err
+
+
+def test_a_channel_off_on_the_grey_start_moves_only_before_its_fused_relu():
+    model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Conv2D(1, 3, activation="relu", name="conv")])
+    conv = model.get_layer("conv")
+    original = conv.activation
+    conv.set_weights([np.full((3, 3, 1, 1), 0.1, np.float32), np.array([-1.0], np.float32)])  # 0.45 - 1 < 0 at grey
+    kwargs = {"layer": "conv", "channels": [0], "parametrization": "pixel", "transforms": None, "steps": 40,
+              "progress": False}
+    stuck = ks.visualize_features(model, pre_relu=False, **kwargs)
+    np.testing.assert_array_equal(stuck.objective, 0.0)  # a dead ReLU: no gradient, the grey start stays
+    moved = ks.visualize_features(model, **kwargs)
+    assert moved.params["pre_relu"] and moved.objective[0, -1] > moved.objective[0, 0] + 0.1
+    assert moved.images.mean() > 0.6  # the positive kernel pulls every pixel up
+    assert conv.activation is original  # the scoped patch is undone

@@ -20,14 +20,28 @@ import numpy as np
 from kerascope import _backend
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs
-from kerascope.core.probe import probe
+from kerascope.core.probe import patched_attribute, probe
 
 Specs = Sequence[tuple[tuple[int | None, ...], str]]
 
 
+def fused_relu(layer: keras.Layer | None) -> bool:
+    """Whether ``layer`` ends in a fused ReLU (``Conv2D(activation="relu")``, ``Dense(..., "relu")``).
+
+    Example:
+        >>> import keras
+        >>> fused_relu(keras.layers.Dense(2, activation="relu")), fused_relu(keras.layers.Dense(2))
+        (True, False)
+    """
+    return getattr(getattr(layer, "activation", None), "__name__", "") == "relu"
+
+
 def read_layer(engine: Engine, layer: keras.Layer | None, model_input: Any, position: int | None,
-               bypass: Sequence[keras.Layer]) -> Any:
+               bypass: Sequence[keras.Layer], pre_activation: bool = False) -> Any:
     """The output of ``layer`` (``None``: the explained model output) for ``model_input``; traceable.
+
+    ``pre_activation``: the layer's fused activation is made linear for the call (restored on exit),
+    so the value read is the one before it.
 
     Example:
         >>> import keras, numpy as np
@@ -37,6 +51,8 @@ def read_layer(engine: Engine, layer: keras.Layer | None, model_input: Any, posi
         (2, 4)
     """
     with contextlib.ExitStack() as stack:
+        if pre_activation and layer is not None:
+            stack.enter_context(patched_attribute(layer, "activation", keras.activations.linear))
         recorder = stack.enter_context(probe([layer] if layer is not None else []))
         outputs = engine.call_model(model_input, stack, bypass)
     if layer is None:
@@ -77,13 +93,15 @@ def compile_objective(
     make_input: Callable[[list[Any]], Any],
     score: Callable[[Any, list[Any]], tuple[Any, Any]],
     input_specs: Specs,
+    pre_activation: bool = False,
 ) -> Callable[[list[np.ndarray]], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Compile ``arrays -> (total, objective, d sum(total) / d arrays[0])``, one row per optimised image.
 
     ``make_input(arrays)`` builds the model input from the parameters (``keras.ops``, traced);
     ``score(activation, arrays)`` returns ``(objective, penalty)`` per row; ``total = objective - penalty``
     is differentiated (a penalty holds regularisers), the ``objective`` is reported.
-    Rows are independent, so the gradient of the sum is each row's own gradient.
+    Rows are independent, so the gradient of the sum is each row's own gradient. ``pre_activation``:
+    read the layer before its fused activation (see :func:`read_layer`).
 
     Example:
         >>> import keras, numpy as np
@@ -99,7 +117,7 @@ def compile_objective(
     bypass = engine.space.bypass()
 
     def forward(arrays: list[Any], indices: Any, transform: Callable) -> tuple[Any, Any, list[Any]]:
-        activation = read_layer(engine, layer, make_input(arrays), position, bypass)
+        activation = read_layer(engine, layer, make_input(arrays), position, bypass, pre_activation)
         objective, penalty = score(keras.ops.cast(activation, "float32"), arrays)
         return objective - penalty, indices, [objective]
 

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import engine_for
-from kerascope.core.optimize import compile_objective, layer_setup
+from kerascope.core.optimize import compile_objective, fused_relu, layer_setup
 from kerascope.core.progress import progress_bar
 from kerascope.features.parametrize import Parametrization
 from kerascope.features.robustness import (
@@ -217,6 +217,7 @@ def visualize_features(
     *,
     position: tuple[int, ...] | None = None,
     learning_rate: float = 0.05,
+    pre_relu: bool = True,
     batch_size: int = 16,
     progress: bool = True,
 ) -> FeatureVisualization:
@@ -238,6 +239,10 @@ def visualize_features(
         seed: the same seed gives the same images (each row's randomness depends on the seed and
             its index only, so ``batch_size`` does not change the result).
         image_shape: ``(H, W, C)``; default the model's input shape.
+        pre_relu: a ReLU fused into ``layer`` (``Conv2D(..., activation="relu")``) is skipped: the
+            objective reads the value before it, so a channel that is off on the grey start image
+            still gets a gradient (Lucid redirects ReLU gradients for the same reason). ``False``
+            optimises the layer's output as it is.
         batch_size: images optimised together; bounds memory.
         progress: a progress bar over the steps.
 
@@ -277,12 +282,13 @@ def visualize_features(
     matrices = None
     if settings is not None:
         matrices = np.stack([affine_matrices(settings, shape, steps, rng) for rng in rngs], axis=1)  # (steps, rows, 8)
+    unfused = bool(pre_relu) and fused_relu(target)
     key = ("feature_step", id(target), position_call, parametrization, shape, settings is not None,
-           tuple(sorted(reg.items())), act_shape)  # one compiled step per setting, reused by later calls
+           tuple(sorted(reg.items())), act_shape, unfused)  # one compiled step per setting, reused by later calls
     run = engine.memo(key, lambda: compile_objective(
         engine, target, position_call, *_step_functions(param, settings, reg),
         input_specs=[((None, *param.param_shape()), "float32"), ((None, 8), "float32"),
-                     ((None, *act_shape), "float32")]))
+                     ((None, *act_shape), "float32")], pre_activation=unfused))
     curves = np.zeros((rows, steps), np.float32)
     identity = np.tile(np.array([1, 0, 0, 0, 1, 0, 0, 0], np.float32), (rows, 1))
     starts = list(range(0, rows, batch_size))
@@ -303,7 +309,8 @@ def visualize_features(
         images=images.astype(np.float32), objective=curves, layer=None if target is None else layer_name,
         channels=channels,
         params={"objective": objective, "parametrization": parametrization, "transforms": transforms,
-                "regularizers": regularizers, "steps": steps, "seed": seed, "learning_rate": learning_rate},
+                "regularizers": regularizers, "steps": steps, "seed": seed, "learning_rate": learning_rate,
+                "pre_relu": unfused},
     )
 
 

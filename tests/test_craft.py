@@ -111,3 +111,13 @@ def test_clear_errors():
         ks.CRAFT(_model(), layer="feat", n_concepts=2, patch_size=20).fit(_images(3)[0], 0)
     with pytest.raises(ValueError, match="n_concepts"):
         ks.CRAFT(_model(), layer="feat", n_concepts=0)
+
+
+def test_the_concepts_page_lists_the_best_crops_by_importance(tmp_path):
+    x, _ = _images(6)
+    c = ks.CRAFT(_model(), layer="feat", n_concepts=2, patch_size=4).fit(x, targets=0)
+    page = c.save(tmp_path, count=3)
+    text = page.read_text()
+    first = int(np.argmax(c.importances))
+    assert text.index(f"concept {first}:") < text.index(f"concept {1 - first}:")
+    assert len(list(tmp_path.glob("concept_*.png"))) == 6

@@ -11,6 +11,8 @@ layer's call) and the variance of the class score explained by each concept's ma
 
 from __future__ import annotations
 
+import html
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -211,6 +213,43 @@ class CRAFT:
         self._check_fitted()
         order = np.argsort(-self.crop_coefficients, axis=0)[:count]  # (count, k)
         return np.stack([self.crop_images[order[:, j]] for j in range(self.n_concepts)])
+
+    def save(self, directory: str | Path, count: int = 5) -> Path:
+        """Write each concept's best crops as PNGs and an ``index.html`` page (concepts by importance).
+
+        Example:
+            >>> import keras, numpy as np, tempfile
+            >>> m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="c"),
+            ...                       keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+            >>> c = CRAFT(m, "c", 2, patch_size=4).fit(np.random.default_rng(0).uniform(size=(3, 8, 8, 3)), 0)
+            >>> c.save(tempfile.mkdtemp()).name
+            'index.html'
+        """
+        from PIL import Image
+
+        self._check_fitted()
+        best = self.best_crops(count)
+        if best.ndim != 5:
+            raise ValueError(f"Crops can be saved for image inputs only. Received: inputs of shape {best.shape[2:]}.")
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        low, high = float(best.min()), float(best.max())
+        rows = []
+        for j in np.argsort(-np.asarray(self.importances)):
+            cells = []
+            for i, crop in enumerate(best[j]):
+                pixels = (np.clip((crop - low) / max(high - low, 1e-12), 0, 1) * 255 + 0.5).astype(np.uint8)
+                name = f"concept_{j:02d}_{i}.png"
+                Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels[..., :3]).save(out / name)
+                cells.append(f'<img src="{name}" alt="concept {j}">')
+            rows.append(f"<h2>concept {j}: importance {float(self.importances[j]):.3f}</h2><p>{''.join(cells)}</p>")
+        page = out / "index.html"
+        page.write_text(
+            "<!doctype html><html><head><meta charset='utf-8'><title>CRAFT concepts</title><style>"
+            "body{font-family:sans-serif}img{width:96px;margin:2px;image-rendering:pixelated}</style></head><body>"
+            f"<h1>CRAFT concepts of {html.escape(self.layer_path)}</h1>" + "".join(rows) + "</body></html>\n"
+        )
+        return page
 
     def estimate_importance(self, inputs: Any, targets: Any = None) -> np.ndarray:
         """Mean total Sobol index of each concept's coefficients for the target score ``(k,)``.

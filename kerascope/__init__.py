@@ -38,6 +38,11 @@ _LAZY: dict[str, str] = {
     "explain": "kerascope.api",
     "load_model": "kerascope.io.models",
     "rebuild_report": "kerascope.report.rebuild",
+    "FeatureVisualization": "kerascope.features.visualize",
+    "CRAFT": "kerascope.concepts.craft",
+    "TCAV": "kerascope.concepts.tcav",
+    "TCAVResult": "kerascope.concepts.tcav",
+    "visualize_features": "kerascope.features.visualize",
     "plot_grid": "kerascope.viz.plots",
     "plot_sequence": "kerascope.viz.plots",
     "plot_tabular": "kerascope.viz.plots",
@@ -67,6 +72,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope import batch, callbacks, evaluation, methods, metrics  # noqa: F401
     from kerascope.api import explain  # noqa: F401
+    from kerascope.concepts.craft import CRAFT  # noqa: F401
+    from kerascope.concepts.tcav import TCAV, TCAVResult  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401
     from kerascope.core.layers import find_layer, layers  # noqa: F401
@@ -77,6 +84,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         layers_gradients,
         weight_gradients,
     )
+    from kerascope.features.visualize import FeatureVisualization, visualize_features  # noqa: F401
     from kerascope.io.models import load_model  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403
     from kerascope.report.rebuild import rebuild_report  # noqa: F401

@@ -166,6 +166,8 @@ def _package_of(module: str) -> str:
         ("viz", {"viz", "numeric"}),
         ("core", {"core", "_backend", "numeric"}),
         ("methods", {"methods", "core", "numeric", "catalog"}),
+        ("features", {"features", "core", "numeric"}),
+        ("concepts", {"concepts", "core", "numeric"}),
     ],
 )
 def test_low_packages_import_nothing_above_them(package: str, allowed: set[str]) -> None:

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kerascope.cli import batch, demo, evaluate, evaluate_data, explain, layers, methods, report
+from kerascope.cli import batch, demo, evaluate, evaluate_data, explain, layers, methods, report, visualize
 from kerascope.cli.quiet import quiet_backends
 
 _BACKEND_MODULES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
@@ -37,7 +37,7 @@ def missing_backend_message(error: ModuleNotFoundError) -> str | None:
         f"or choose an installed backend, e.g. `export KERAS_BACKEND={other}` (see docs/backends.md)."
     )
 
-COMMANDS = [explain, layers, methods, demo, report, batch, evaluate, evaluate_data]
+COMMANDS = [explain, layers, methods, demo, report, batch, evaluate, evaluate_data, visualize]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""What a layer has learned: feature visualisation."""

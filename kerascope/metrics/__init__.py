@@ -14,6 +14,7 @@ Example:
 """
 
 from kerascope.metrics._common import MetricResult, to_maps
+from kerascope.metrics.complexity_metrics import complexity, effective_complexity, sparseness
 from kerascope.metrics.faithfulness import (
     CurveResult,
     average_drop,
@@ -22,7 +23,17 @@ from kerascope.metrics.faithfulness import (
     insertion,
     mu_fidelity,
 )
-from kerascope.metrics.localisation import boxes_to_masks, energy_pointing_game, pointing_game
+from kerascope.metrics.localisation import (
+    attribution_localisation,
+    auc,
+    boxes_to_masks,
+    energy_pointing_game,
+    focus,
+    pointing_game,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+    top_k_intersection,
+)
 from kerascope.metrics.sanity import (
     SanityResult,
     copy_model,
@@ -38,20 +49,29 @@ __all__ = [
     "CurveResult",
     "MetricResult",
     "SanityResult",
+    "attribution_localisation",
+    "auc",
     "average_drop",
     "average_increase",
     "boxes_to_masks",
+    "complexity",
     "copy_model",
     "data_randomisation",
     "deletion",
+    "effective_complexity",
     "energy_pointing_game",
+    "focus",
     "insertion",
     "model_randomisation",
     "mu_fidelity",
     "pointing_game",
     "randomise_layer",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "sparseness",
     "spearman",
     "ssim",
     "to_maps",
+    "top_k_intersection",
     "weighted_layers",
 ]

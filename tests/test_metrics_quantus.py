@@ -85,3 +85,115 @@ def test_focus_quadrant_flags_equal_the_equivalent_mask():
     mask[0, :3, :3] = mask[0, 3:, 3:] = mask[1, :3, 3:] = True
     np.testing.assert_allclose(metrics.focus(a, flags).scores, metrics.focus(a, mask).scores)
     assert metrics.focus(a, np.ones((2, 4))).scores == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------- faithfulness
+def linear(weights: np.ndarray, shape=(3, 3, 2)):
+    import keras
+
+    model = keras.Sequential([keras.Input(shape), keras.layers.Flatten(), keras.layers.Dense(1, use_bias=False)])
+    model.set_weights([weights.reshape(-1, 1).astype(np.float32)])
+    return model
+
+
+def tiny_cnn(seed: int = 0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Conv2D(3, 3, activation="relu"),
+                             keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")])
+
+
+def test_infidelity_closed_forms_on_a_linear_model():
+    w = np.random.default_rng(0).normal(size=(3, 3, 2))
+    model, x, sigma = linear(w), np.random.default_rng(1).random((2, 3, 3, 2)), 0.2
+    gradient = np.broadcast_to(w, x.shape)
+    assert np.abs(metrics.infidelity(model, x, gradient, 0, noise=sigma, samples=16).scores).max() < 1e-8
+    zero = metrics.infidelity(model, x, np.zeros_like(x), 0, noise=sigma, samples=4000, batch_size=1000).scores
+    np.testing.assert_allclose(zero, sigma**2 * (w**2).sum(), rtol=0.1)
+
+
+def test_infidelity_on_given_draws_equals_a_per_draw_loop_and_is_batch_size_invariant():
+    model = tiny_cnn()
+    rng = np.random.default_rng(2)
+    x = rng.random((2, 6, 6, 2)).astype(np.float32)
+    a = rng.normal(size=(2, 6, 6)).astype(np.float32)
+    draws = (0.1 * rng.normal(size=(2, 5, 6, 6, 2))).astype(np.float32)
+    probs = np.asarray(model.predict(x, verbose=0))
+    expected = []
+    for i in range(2):
+        losses = []
+        for j in range(5):
+            out = np.asarray(model.predict(x[i:i + 1] - draws[i, j][None], verbose=0))
+            dot = (draws[i, j] * a[i][..., None]).sum()
+            losses.append((dot - (probs[i, 1] - out[0, 1])) ** 2)
+        expected.append(np.mean(losses))
+    ours = metrics.infidelity(model, x, a, 1, perturbations=draws, batch_size=3).scores
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-9)
+    seeded = [metrics.infidelity(model, x, a, 1, noise=0.1, samples=6, batch_size=b).scores for b in (1, 4, 64)]
+    np.testing.assert_allclose(seeded[0], seeded[1], rtol=1e-5)
+    np.testing.assert_allclose(seeded[0], seeded[2], rtol=1e-5)
+
+
+def test_sensitivity_n_is_one_for_complete_attributions():
+    w = np.random.default_rng(3).normal(size=(3, 3, 2))
+    x = np.random.default_rng(4).random((2, 3, 3, 2))
+    r = metrics.sensitivity_n(linear(w), x, w * x, 0, n=[1, 4, 9], samples=12, perturbation=0.0)
+    np.testing.assert_allclose(r.curves, 1.0, atol=1e-5)
+    assert r.curves.shape == (2, 3) and r.fractions.tolist() == [1 / 18, 4 / 18, 9 / 18]
+
+
+def test_monotonicity_and_pixel_flipping_equal_per_step_loops():
+    model = tiny_cnn(1)
+    rng = np.random.default_rng(5)
+    x = rng.random((2, 6, 6, 2)).astype(np.float32)
+    maps = rng.permutation(72).reshape(2, 6, 6).astype(np.float32)
+    import keras
+
+    probs = lambda z: keras.ops.convert_to_numpy(model(z, training=False))[:, 0]  # noqa: E731
+    low = x.reshape(2, -1).min(1)
+    flip, mono = [], []
+    for i in range(2):
+        order = np.argsort(-maps[i].ravel())
+        current, inserted = x[i].copy(), np.full_like(x[i], low[i])
+        f_row, m_row = [], []
+        for k in range(0, 36, 4):
+            for p in order[k:k + 4]:
+                current[p // 6, p % 6] = low[i]
+            f_row.append(probs(current[None])[0])
+            for p in order[::-1][k:k + 4]:
+                inserted[p // 6, p % 6] = x[i, p // 6, p % 6]
+            m_row.append(probs(inserted[None])[0])
+        flip.append(f_row)
+        mono.append(m_row)
+    r = metrics.pixel_flipping(model, x, maps, 0, features_in_step=4, batch_size=5)
+    np.testing.assert_allclose(r.curves, flip, atol=1e-5)
+    m = metrics.monotonicity(model, x, maps, 0, features_in_step=4, abs=False, batch_size=7)
+    np.testing.assert_allclose(m.curves, mono, atol=1e-5)
+    np.testing.assert_array_equal(m.scores, np.all(np.diff(mono, axis=1) >= 0, axis=1).astype(float))
+
+
+def test_per_pixel_maps_move_all_channels_like_grouped_element_attributions():
+    model = tiny_cnn(2)
+    rng = np.random.default_rng(6)
+    x = rng.random((2, 6, 6, 2)).astype(np.float32)
+    maps = rng.permutation(72).reshape(2, 6, 6).astype(np.float32)
+    grouped = maps[..., None] - 0.1 * np.arange(2, dtype=np.float32)
+    np.testing.assert_allclose(metrics.pixel_flipping(model, x, maps, 0, features_in_step=3).curves,
+                               metrics.pixel_flipping(model, x, grouped, 0, features_in_step=6).curves, atol=1e-6)
+    np.testing.assert_allclose(metrics.region_perturbation(model, x, maps, 0, patch_size=2).curves,
+                               metrics.region_perturbation(model, x, grouped, 0, patch_size=2).curves, atol=1e-6)
+    with pytest.raises(ValueError, match="Expected attributions of shape"):
+        metrics.pixel_flipping(model, x, maps[:, :5], 0)
+    with pytest.raises(ValueError, match="Received: features_in_step=0"):
+        metrics.pixel_flipping(model, x, maps, 0, features_in_step=0)
+
+
+def test_seeded_subset_metrics_are_batch_size_invariant():
+    model = tiny_cnn(3)
+    rng = np.random.default_rng(7)
+    x = rng.random((2, 6, 6, 2)).astype(np.float32)
+    a = rng.normal(size=(2, 6, 6, 2)).astype(np.float32)
+    runs = [metrics.faithfulness_correlation(model, x, a, 0, nr_runs=9, subset_size=10, batch_size=b).scores
+            for b in (2, 64)]
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5)

@@ -98,3 +98,79 @@ def test_focus_equals_quantus_on_mosaic_flags(quantus, pair, data):
     flags = np.array([[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 1]])
     expected = run(quantus, "Focus", pair[1], x, y, maps, call={"custom_batch": flags})
     np.testing.assert_allclose(metrics.focus(maps, flags).scores, expected, rtol=1e-4, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- faithfulness
+def element_attributions(seed: int = 11) -> np.ndarray:
+    """Per-element attributions ``(N, H, W, C)`` with distinct values (no ties to break)."""
+    return np.random.default_rng(seed).permutation(N * 8 * 8 * 3).reshape(N, 8, 8, 3).astype(np.float32)
+
+
+def quantus_model_call(quantus, cls, net, x, y, a_nchw, call=None, **params):
+    metric = getattr(quantus, cls)(normalise=False, disable_warnings=True, **params)
+    return metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=a_nchw.copy(), channel_first=True,
+                  **(call or {}))
+
+
+def test_pixel_flipping_equals_quantus(quantus, pair, data):
+    model, net = pair
+    x, y, _, _ = data
+    a = element_attributions()
+    ours = metrics.pixel_flipping(model, x, a, y, features_in_step=4)
+    a_q, step = nchw(a), 4
+    curves = np.asarray(quantus_model_call(quantus, "PixelFlipping", net, x, y, a_q, features_in_step=step,
+                                           abs=False, call={"softmax": True}), np.float64)
+    np.testing.assert_allclose(ours.curves, curves, atol=1e-4)
+    # Quantus's return_auc_per_sample calls np.trapz, gone in NumPy 2: its rule, written out
+    np.testing.assert_allclose(ours.scores, (curves[:, 1:] + curves[:, :-1]).sum(1) / 2, rtol=1e-4)
+
+
+@pytest.mark.parametrize("patch_size, order, regions", [(2, "morf", 10), (3, "lerf", 100), (3, "morf", 5)])
+def test_region_perturbation_equals_quantus(quantus, pair, data, patch_size, order, regions):
+    model, net = pair
+    x, y, maps, _ = data
+    ours = metrics.region_perturbation(model, x, maps, y, patch_size=patch_size, order=order, regions=regions)
+    curves = quantus_model_call(quantus, "RegionPerturbation", net, x, y, maps[:, None], patch_size=patch_size,
+                                order=order, regions_evaluation=regions, abs=False, call={"softmax": True})
+    np.testing.assert_allclose(ours.curves, np.asarray(curves, np.float64), atol=1e-4)
+
+
+@pytest.mark.parametrize("patch_size", [3, 4])
+def test_selectivity_equals_quantus(quantus, pair, data, patch_size):
+    model, net = pair
+    x, y, _, _ = data
+    a = element_attributions(2)
+    ours = metrics.selectivity(model, x, a, y, patch_size=patch_size)
+    curves = quantus_model_call(quantus, "Selectivity", net, x, y, nchw(a), patch_size=patch_size, abs=False,
+                                call={"softmax": True})
+    np.testing.assert_allclose(ours.curves, np.asarray(curves, np.float64), atol=1e-4)
+
+
+def test_faithfulness_estimate_equals_quantus(quantus, pair, data):
+    model, net = pair
+    x, y, _, _ = data
+    a = element_attributions(4)
+    ours = metrics.faithfulness_estimate(model, x, a, y, features_in_step=8)
+    expected = quantus_model_call(quantus, "FaithfulnessEstimate", net, x, y, nchw(a), features_in_step=8,
+                                  abs=False, call={"softmax": False})
+    np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), atol=1e-4)
+
+
+def test_faithfulness_correlation_equals_quantus_on_the_same_draws(quantus, pair, data):
+    model, net = pair
+    x, y, _, _ = data
+    a = element_attributions(6)
+    runs, size, d = 12, 20, 8 * 8 * 3
+    np.random.seed(123)
+    drawn = []
+    for _ in range(runs):  # Quantus's draw order: runs outer, samples inner (NCHW element indices) ...
+        drawn.append(np.stack([np.random.choice(d, size, replace=False) for _ in range(N)]))
+        np.random.uniform(size=N)  # ... and its baseline table draws a "uniform" entry at every perturbation
+    drawn = np.stack(drawn, axis=1)
+    c, p = drawn // 64, drawn % 64
+    ours = metrics.faithfulness_correlation(model, x, a, y, subsets=p * 3 + c)
+    np.random.seed(123)
+    expected = quantus_model_call(quantus, "FaithfulnessCorrelation", net, x, y, nchw(a), nr_runs=runs,
+                                  subset_size=size, abs=False, return_aggregate=False,
+                                  call={"softmax": False})
+    np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), atol=1e-4)

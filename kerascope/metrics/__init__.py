@@ -23,6 +23,14 @@ from kerascope.metrics.faithfulness import (
     insertion,
     mu_fidelity,
 )
+from kerascope.metrics.faithfulness_curves import (
+    faithfulness_estimate,
+    monotonicity,
+    pixel_flipping,
+    region_perturbation,
+    selectivity,
+)
+from kerascope.metrics.faithfulness_sampled import faithfulness_correlation, infidelity, sensitivity_n
 from kerascope.metrics.localisation import (
     attribution_localisation,
     auc,
@@ -60,14 +68,22 @@ __all__ = [
     "deletion",
     "effective_complexity",
     "energy_pointing_game",
+    "faithfulness_correlation",
+    "faithfulness_estimate",
     "focus",
+    "infidelity",
     "insertion",
     "model_randomisation",
+    "monotonicity",
     "mu_fidelity",
+    "pixel_flipping",
     "pointing_game",
     "randomise_layer",
+    "region_perturbation",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
+    "selectivity",
+    "sensitivity_n",
     "sparseness",
     "spearman",
     "ssim",

@@ -197,3 +197,17 @@ def test_seeded_subset_metrics_are_batch_size_invariant():
     runs = [metrics.faithfulness_correlation(model, x, a, 0, nr_runs=9, subset_size=10, batch_size=b).scores
             for b in (2, 64)]
     np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5)
+
+
+def test_irof_scores_an_image_the_same_alone_and_in_a_batch():
+    model = tiny_cnn(4)
+    rng = np.random.default_rng(8)
+    x = rng.random((3, 6, 6, 2)).astype(np.float32)
+    a = rng.normal(size=(3, 6, 6)).astype(np.float32)
+    segments = np.stack([np.arange(36).reshape(6, 6) // 6, np.arange(36).reshape(6, 6) // 9,
+                         (np.arange(36).reshape(6, 6) % 6) // 2])  # 6, 4 and 3 segments
+    batch = metrics.irof(model, x, a, 0, segments=segments)
+    assert batch.curves.shape == (3, 6)
+    for i in range(3):
+        alone = metrics.irof(model, x[i:i + 1], a[i:i + 1], 0, segments=segments[i:i + 1])
+        assert alone.scores[0] == pytest.approx(batch.scores[i], rel=1e-5)

@@ -174,3 +174,22 @@ def test_faithfulness_correlation_equals_quantus_on_the_same_draws(quantus, pair
                                   subset_size=size, abs=False, return_aggregate=False,
                                   call={"softmax": False})
     np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), atol=1e-4)
+
+
+@pytest.mark.parametrize("perturbation", ["mean", "black"])
+def test_irof_equals_quantus_on_grey_images(quantus, monkeypatch, perturbation):
+    """Quantus's IROF masks with a one-channel mask (grey images only) and takes its baseline over the whole
+    batch: one image per call makes that the image's own, as kerascope's. Its AOC calls np.trapz (removed in
+    NumPy 2): NumPy's own renamed function is put back under the old name for it."""
+    monkeypatch.setattr(np, "trapz", np.trapezoid, raising=False)
+    model, net = build_pair(seed=1, size=16, channels=1)
+    x = np.random.default_rng(8).random((2, 16, 16, 1)).astype(np.float32)
+    a = np.random.default_rng(9).normal(size=(2, 16, 16)).astype(np.float32)
+    y = np.array([0, 2])
+    ours = metrics.irof(model, x, a, y, perturbation=perturbation)
+    for i in range(2):
+        metric = quantus.IROF(normalise=False, disable_warnings=True, abs=False, perturb_baseline=perturbation,
+                              return_aggregate=False)
+        expected = metric(model=net, x_batch=nchw(x[i:i + 1]), y_batch=y[i:i + 1], a_batch=a[i:i + 1, None].copy(),
+                          channel_first=True, softmax=True)
+        assert ours.scores[i] == pytest.approx(expected[0], rel=1e-4)

@@ -30,7 +30,7 @@ from kerascope.metrics.faithfulness_curves import (
     region_perturbation,
     selectivity,
 )
-from kerascope.metrics.faithfulness_sampled import faithfulness_correlation, infidelity, sensitivity_n
+from kerascope.metrics.faithfulness_sampled import faithfulness_correlation, infidelity, irof, sensitivity_n
 from kerascope.metrics.localisation import (
     attribution_localisation,
     auc,
@@ -73,6 +73,7 @@ __all__ = [
     "focus",
     "infidelity",
     "insertion",
+    "irof",
     "model_randomisation",
     "monotonicity",
     "mu_fidelity",

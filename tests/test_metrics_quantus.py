@@ -211,3 +211,32 @@ def test_irof_scores_an_image_the_same_alone_and_in_a_batch():
     for i in range(3):
         alone = metrics.irof(model, x[i:i + 1], a[i:i + 1], 0, segments=segments[i:i + 1])
         assert alone.scores[0] == pytest.approx(batch.scores[i], rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- robustness
+def test_sensitivity_of_saliency_on_a_linear_model_is_zero():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4, 4, 2)), keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")])
+    x = np.random.default_rng(0).random((3, 4, 4, 2)).astype(np.float32)
+    for metric in (metrics.max_sensitivity, metrics.avg_sensitivity, metrics.local_lipschitz_estimate):
+        np.testing.assert_allclose(metric(model, x, "saliency", samples=5).scores, 0.0, atol=1e-6)
+
+
+def test_robustness_is_batch_size_invariant_and_takes_a_callable_explainer():
+    model = tiny_cnn(5)
+    x = np.random.default_rng(1).random((2, 6, 6, 2)).astype(np.float32)
+
+    def squared_input(m, inputs, targets):  # a = x^2: ||a - a'|| / ||a|| computable by hand
+        return np.asarray(inputs) ** 2
+
+    r = [metrics.max_sensitivity(model, x, squared_input, 0, samples=7, radius=0.1, batch_size=b).scores
+         for b in (3, 64)]
+    np.testing.assert_allclose(r[0], r[1], rtol=1e-6)
+    noise = np.random.default_rng(2).uniform(-0.1, 0.1, (2, 7, 6, 6, 2))
+    xp = (x[:, None] + noise).astype(np.float32)
+    expected = (np.sqrt(((x[:, None] ** 2 - xp.astype(np.float64) ** 2) ** 2).sum((2, 3, 4)))
+                / np.sqrt((x.astype(np.float64) ** 4).sum((1, 2, 3)))[:, None]).mean(1)
+    ours = metrics.avg_sensitivity(model, x, squared_input, 0, perturbations=noise).scores
+    np.testing.assert_allclose(ours, expected, rtol=1e-5)

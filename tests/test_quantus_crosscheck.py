@@ -193,3 +193,36 @@ def test_irof_equals_quantus_on_grey_images(quantus, monkeypatch, perturbation):
         expected = metric(model=net, x_batch=nchw(x[i:i + 1]), y_batch=y[i:i + 1], a_batch=a[i:i + 1, None].copy(),
                           channel_first=True, softmax=True)
         assert ours.scores[i] == pytest.approx(expected[0], rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- robustness
+def torch_saliency(model, inputs, targets, **kwargs):
+    """Quantus's explain_func: the signed gradient of the target logit (kerascope's Saliency bypasses the softmax)."""
+    import torch
+
+    x = torch.as_tensor(np.asarray(inputs, np.float32)).requires_grad_(True)
+    model(x)[torch.arange(len(x)), torch.as_tensor(np.asarray(targets))].sum().backward()
+    return x.grad.detach().numpy()
+
+
+@pytest.mark.parametrize("name, cls, params, draw", [
+    ("max_sensitivity", "MaxSensitivity", {"lower_bound": 0.3}, lambda shape: np.random.uniform(-0.3, 0.3, shape)),
+    ("avg_sensitivity", "AvgSensitivity", {"lower_bound": 0.3}, lambda shape: np.random.uniform(-0.3, 0.3, shape)),
+    ("local_lipschitz_estimate", "LocalLipschitzEstimate", {"perturb_std": 0.2},
+     lambda shape: np.random.normal(0.0, 0.2, shape)),
+])
+def test_robustness_equals_quantus_on_the_same_draws(quantus, pair, data, name, cls, params, draw):
+    model, net = pair
+    x, y, _, _ = data
+    samples = 6
+    np.random.seed(321)
+    noise = np.stack([draw((N, 3 * 8 * 8)) for _ in range(samples)], axis=1)  # Quantus: one (N, D) draw per step
+    ours_noise = noise.reshape(N, samples, 3, 8, 8).transpose(0, 1, 3, 4, 2)
+    ours = getattr(metrics, name)(model, x, "saliency", y, samples=samples, perturbations=ours_noise)
+    np.random.seed(321)
+    metric = getattr(quantus, cls)(normalise=False, disable_warnings=True, nr_samples=samples, abs=False,
+                                   return_aggregate=False, **params)
+    a = torch_saliency(net, nchw(x), y)
+    expected = metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=a, channel_first=True,
+                      explain_func=torch_saliency)
+    np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), rtol=1e-4, atol=1e-6)

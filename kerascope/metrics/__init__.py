@@ -42,6 +42,7 @@ from kerascope.metrics.localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
+from kerascope.metrics.robustness import avg_sensitivity, local_lipschitz_estimate, max_sensitivity
 from kerascope.metrics.sanity import (
     SanityResult,
     copy_model,
@@ -61,6 +62,7 @@ __all__ = [
     "auc",
     "average_drop",
     "average_increase",
+    "avg_sensitivity",
     "boxes_to_masks",
     "complexity",
     "copy_model",
@@ -74,6 +76,8 @@ __all__ = [
     "infidelity",
     "insertion",
     "irof",
+    "local_lipschitz_estimate",
+    "max_sensitivity",
     "model_randomisation",
     "monotonicity",
     "mu_fidelity",

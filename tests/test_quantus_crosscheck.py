@@ -210,6 +210,10 @@ def torch_saliency(model, inputs, targets, **kwargs):
     ("avg_sensitivity", "AvgSensitivity", {"lower_bound": 0.3}, lambda shape: np.random.uniform(-0.3, 0.3, shape)),
     ("local_lipschitz_estimate", "LocalLipschitzEstimate", {"perturb_std": 0.2},
      lambda shape: np.random.normal(0.0, 0.2, shape)),
+    ("relative_input_stability", "RelativeInputStability", {"return_nan_when_prediction_changes": False},
+     lambda shape: np.random.uniform(0.02, 0.2, shape)),
+    ("relative_output_stability", "RelativeOutputStability", {"return_nan_when_prediction_changes": False},
+     lambda shape: np.random.uniform(0.02, 0.2, shape)),
 ])
 def test_robustness_equals_quantus_on_the_same_draws(quantus, pair, data, name, cls, params, draw):
     model, net = pair
@@ -218,7 +222,8 @@ def test_robustness_equals_quantus_on_the_same_draws(quantus, pair, data, name, 
     np.random.seed(321)
     noise = np.stack([draw((N, 3 * 8 * 8)) for _ in range(samples)], axis=1)  # Quantus: one (N, D) draw per step
     ours_noise = noise.reshape(N, samples, 3, 8, 8).transpose(0, 1, 3, 4, 2)
-    ours = getattr(metrics, name)(model, x, "saliency", y, samples=samples, perturbations=ours_noise)
+    extra = {"return_nan_when_prediction_changes": False} if name.startswith("relative") else {}
+    ours = getattr(metrics, name)(model, x, "saliency", y, samples=samples, perturbations=ours_noise, **extra)
     np.random.seed(321)
     metric = getattr(quantus, cls)(normalise=False, disable_warnings=True, nr_samples=samples, abs=False,
                                    return_aggregate=False, **params)

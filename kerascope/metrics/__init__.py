@@ -42,7 +42,13 @@ from kerascope.metrics.localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
-from kerascope.metrics.robustness import avg_sensitivity, local_lipschitz_estimate, max_sensitivity
+from kerascope.metrics.robustness import (
+    avg_sensitivity,
+    local_lipschitz_estimate,
+    max_sensitivity,
+    relative_input_stability,
+    relative_output_stability,
+)
 from kerascope.metrics.sanity import (
     SanityResult,
     copy_model,
@@ -85,6 +91,8 @@ __all__ = [
     "pointing_game",
     "randomise_layer",
     "region_perturbation",
+    "relative_input_stability",
+    "relative_output_stability",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "selectivity",

@@ -189,3 +189,105 @@ def local_lipschitz_estimate(
         batch_size=batch_size, method_kwargs=method_kwargs)
     return MetricResult("local_lipschitz_estimate", np.nanmax(values, axis=1), False,
                         {"targets": classes, "radius": radius, "seed": seed})
+
+
+def _relative_stability(kind: str, model: keras.Layer, inputs: Any, method: Any, targets: Any, radius: float,
+                        samples: int, attributions: Any, perturbations: Any, seed: int, abs_: bool,
+                        eps_min: float, nan_on_change: bool, output: str, batch_size: int,
+                        method_kwargs: dict | None) -> MetricResult:
+    rng = np.random.default_rng(seed)
+    scorer = Scorer(model, output, batch_size)
+    x0 = image_batch(inputs) if np.asarray(inputs).ndim in (3, 4) else np.asarray(inputs, np.float32)
+    clean = scorer.outputs(x0).astype(np.float64)
+
+    def stat(a, ap, x, xp, rows):
+        numerator = _norm((a - ap) / (a + (a == 0) * eps_min))
+        out = scorer.outputs(xp.reshape(len(xp), *x0.shape[1:]).astype(np.float32)).astype(np.float64)
+        if kind == "relative_input_stability":
+            denominator = _norm((x - xp) / (x + (x == 0) * eps_min))
+        else:
+            denominator = _norm(clean[rows] - out)
+        value = numerator / (denominator + (denominator == 0) * eps_min)
+        if nan_on_change:
+            value = np.where(out.argmax(-1) == clean[rows].argmax(-1), value, np.nan)
+        return value
+
+    values, classes = _perturbed_stats(
+        model, inputs, method, targets, samples=samples, perturbations=perturbations, stat=stat,
+        draw=lambda shape: rng.uniform(-radius, radius, shape), attributions=attributions, abs_=abs_,
+        batch_size=batch_size, method_kwargs=method_kwargs)
+    return MetricResult(kind, values.max(axis=1), False, {"targets": classes, "radius": radius, "seed": seed})
+
+
+def relative_input_stability(
+    model: keras.Layer,
+    inputs: Any,
+    method: Any,
+    targets: Any = None,
+    *,
+    radius: float = 0.2,
+    samples: int = 200,
+    eps_min: float = 1e-6,
+    return_nan_when_prediction_changes: bool = True,
+    attributions: Any = None,
+    perturbations: Any = None,
+    seed: int = 0,
+    abs: bool = False,  # noqa: A002 - Quantus's name
+    output: str = "logits",
+    batch_size: int = 64,
+    method_kwargs: dict | None = None,
+) -> MetricResult:
+    """Relative input stability (Agarwal et al. 2022): ``max_j ||(a - a') / a|| / ||(x - x') / x||``.
+
+    ``x' = x + u_j``, ``u_j ~ U(-radius, radius)`` per element (Quantus draws
+    ``U(0.02, 0.2)``: pass its draws as ``perturbations`` to compare); zeros
+    in a denominator become ``eps_min``. With
+    ``return_nan_when_prediction_changes`` a sample is NaN as soon as one draw
+    changes its predicted class (as Quantus's maximum). **Lower is better.**
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> float(relative_input_stability(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4,
+        ...                                return_nan_when_prediction_changes=False).scores[0])
+        0.0
+    """
+    return _relative_stability("relative_input_stability", model, inputs, method, targets, radius, samples,
+                               attributions, perturbations, seed, abs, eps_min, return_nan_when_prediction_changes,
+                               output, batch_size, method_kwargs)
+
+
+def relative_output_stability(
+    model: keras.Layer,
+    inputs: Any,
+    method: Any,
+    targets: Any = None,
+    *,
+    radius: float = 0.2,
+    samples: int = 200,
+    eps_min: float = 1e-6,
+    return_nan_when_prediction_changes: bool = True,
+    attributions: Any = None,
+    perturbations: Any = None,
+    seed: int = 0,
+    abs: bool = False,  # noqa: A002 - Quantus's name
+    output: str = "logits",
+    batch_size: int = 64,
+    method_kwargs: dict | None = None,
+) -> MetricResult:
+    """Relative output stability (Agarwal et al. 2022): ``max_j ||(a - a') / a|| / ||h(x) - h(x')||``.
+
+    ``h`` is the model's output (``output="logits"`` by default, as Quantus);
+    otherwise as :func:`relative_input_stability`. **Lower is better.**
+    One explanation and one forward per draw.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> float(relative_output_stability(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4,
+        ...                                 return_nan_when_prediction_changes=False).scores[0])
+        0.0
+    """
+    return _relative_stability("relative_output_stability", model, inputs, method, targets, radius, samples,
+                               attributions, perturbations, seed, abs, eps_min, return_nan_when_prediction_changes,
+                               output, batch_size, method_kwargs)

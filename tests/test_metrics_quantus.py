@@ -240,3 +240,27 @@ def test_robustness_is_batch_size_invariant_and_takes_a_callable_explainer():
                 / np.sqrt((x.astype(np.float64) ** 4).sum((1, 2, 3)))[:, None]).mean(1)
     ours = metrics.avg_sensitivity(model, x, squared_input, 0, perturbations=noise).scores
     np.testing.assert_allclose(ours, expected, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- axiomatic
+def test_completeness_of_exact_attributions_on_a_linear_model():
+    w = np.random.default_rng(9).normal(size=(3, 3, 2))
+    x = np.random.default_rng(10).random((2, 3, 3, 2)).astype(np.float32)
+    low = x.reshape(2, -1).min(1)[:, None, None, None]
+    exact = w * (x - low)  # gradient x (input - black baseline) of a linear model sums to f(x) - f(x0)
+    r = metrics.completeness(linear(w), x, exact, 0)
+    assert r.scores.tolist() == [1.0, 1.0] and np.abs(r.details["gap"]).max() < 1e-4
+    assert metrics.completeness(linear(w), x, exact * 1.1, 0).scores.tolist() == [0.0, 0.0]
+
+
+def test_non_sensitivity_counts_attributions_on_ignored_features():
+    w = np.random.default_rng(11).normal(size=(3, 3, 2))
+    w[0] = 0.0  # the model ignores the first row
+    x = np.random.default_rng(12).random((2, 3, 3, 2)).astype(np.float32) + 0.5
+    model = linear(w)
+    count = lambda a: metrics.non_sensitivity(model, x, a, 0, output="logits", perturbation=0.0).scores.tolist()  # noqa: E731
+    assert count(np.abs(w) * np.ones_like(x)) == [0, 0]
+    assert count(np.ones_like(x)) == [6, 6]
+    pixels = metrics.non_sensitivity(model, x, np.abs(w).sum(-1) * np.ones((2, 3, 3)), 0, output="logits",
+                                     perturbation=0.0)
+    assert pixels.scores.tolist() == [0, 0]

@@ -231,3 +231,15 @@ def test_robustness_equals_quantus_on_the_same_draws(quantus, pair, data, name, 
     expected = metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=a, channel_first=True,
                       explain_func=torch_saliency)
     np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), rtol=1e-4, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- axiomatic
+def test_non_sensitivity_equals_quantus(quantus, pair, data):
+    model, net = pair
+    x, y, _, _ = data
+    a = element_attributions(12).astype(np.float32)
+    a[a % 3 == 0] = 0.0  # a third of the elements unattributed
+    ours = metrics.non_sensitivity(model, x, a, y, eps=1e-5)
+    metric = quantus.NonSensitivity(normalise=False, disable_warnings=True, eps=1e-5, features_in_step=1, abs=True)
+    expected = metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=nchw(a), channel_first=True, softmax=True)
+    np.testing.assert_array_equal(ours.scores, np.asarray(expected, np.float64))

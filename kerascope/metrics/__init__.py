@@ -14,6 +14,7 @@ Example:
 """
 
 from kerascope.metrics._common import MetricResult, to_maps
+from kerascope.metrics.axiomatic import completeness, non_sensitivity
 from kerascope.metrics.complexity_metrics import complexity, effective_complexity, sparseness
 from kerascope.metrics.faithfulness import (
     CurveResult,
@@ -70,6 +71,7 @@ __all__ = [
     "average_increase",
     "avg_sensitivity",
     "boxes_to_masks",
+    "completeness",
     "complexity",
     "copy_model",
     "data_randomisation",
@@ -87,6 +89,7 @@ __all__ = [
     "model_randomisation",
     "monotonicity",
     "mu_fidelity",
+    "non_sensitivity",
     "pixel_flipping",
     "pointing_game",
     "randomise_layer",

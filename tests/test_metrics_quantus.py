@@ -264,3 +264,16 @@ def test_non_sensitivity_counts_attributions_on_ignored_features():
     pixels = metrics.non_sensitivity(model, x, np.abs(w).sum(-1) * np.ones((2, 3, 3)), 0, output="logits",
                                      perturbation=0.0)
     assert pixels.scores.tolist() == [0, 0]
+
+
+# ----------------------------------------------------------------------------- randomisation
+def test_random_logit_draws_another_class_and_a_class_blind_explainer_scores_one():
+    model = tiny_cnn(6)
+    x = np.random.default_rng(14).random((4, 6, 6, 2)).astype(np.float32)
+    blind = lambda m, inputs, targets: np.asarray(inputs) * 2.0  # noqa: E731 - ignores the class
+    r = metrics.random_logit(model, x, blind, [0, 1, 2, 0], seed=1)
+    np.testing.assert_allclose(r.scores, 1.0, atol=1e-9)
+    assert (r.details["other"] != np.array([0, 1, 2, 0])).all() and r.details["other"].max() < 3
+    state = np.random.get_state()[1].copy()
+    metrics.random_logit(model, x, "saliency", 0, seed=3)
+    assert (np.random.get_state()[1] == state).all()  # the global NumPy random state is left alone

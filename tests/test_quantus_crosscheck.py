@@ -243,3 +243,33 @@ def test_non_sensitivity_equals_quantus(quantus, pair, data):
     metric = quantus.NonSensitivity(normalise=False, disable_warnings=True, eps=1e-5, features_in_step=1, abs=True)
     expected = metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=nchw(a), channel_first=True, softmax=True)
     np.testing.assert_array_equal(ours.scores, np.asarray(expected, np.float64))
+
+
+# ----------------------------------------------------------------------------- randomisation
+def test_random_logit_equals_quantus(quantus, pair, data):
+    model, net = pair
+    x, y, _, _ = data
+
+    def torch_saliency_map(model, inputs, targets, **kwargs):  # per-pixel maps: the same flattening on both sides
+        return torch_saliency(model, inputs, targets).sum(1, keepdims=True)
+
+    def ours_map(m, inputs, targets):
+        import kerascope as ks
+
+        return ks.Saliency(m).explain(inputs, targets).attributions.sum(-1)
+
+    ours = metrics.random_logit(model, x, ours_map, y, num_classes=3, seed=42)
+    metric = quantus.RandomLogit(normalise=False, disable_warnings=True, num_classes=3, seed=42, abs=False,
+                                 return_aggregate=False)
+    expected = metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=torch_saliency_map(net, nchw(x), y),
+                      channel_first=True, explain_func=torch_saliency_map)
+    np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), rtol=1e-4, atol=1e-5)
+
+
+def test_ssim_1d_equals_skimage():
+    from skimage.metrics import structural_similarity
+
+    rng = np.random.default_rng(13)
+    a, b = rng.normal(size=(3, 50)), rng.normal(size=(3, 50))
+    expected = [structural_similarity(p, q, data_range=float(np.ptp(np.concatenate([p, q])))) for p, q in zip(a, b)]
+    np.testing.assert_allclose(metrics.ssim_1d(a, b), expected, rtol=1e-10)

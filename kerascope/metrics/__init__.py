@@ -43,6 +43,7 @@ from kerascope.metrics.localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
+from kerascope.metrics.randomisation import random_logit, ssim_1d
 from kerascope.metrics.robustness import (
     avg_sensitivity,
     local_lipschitz_estimate,
@@ -92,6 +93,7 @@ __all__ = [
     "non_sensitivity",
     "pixel_flipping",
     "pointing_game",
+    "random_logit",
     "randomise_layer",
     "region_perturbation",
     "relative_input_stability",
@@ -103,6 +105,7 @@ __all__ = [
     "sparseness",
     "spearman",
     "ssim",
+    "ssim_1d",
     "to_maps",
     "top_k_intersection",
     "weighted_layers",

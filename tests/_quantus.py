@@ -67,3 +67,12 @@ def nchw(x: np.ndarray) -> np.ndarray:
 
 def images(n: int = 4, size: int = SIZE, seed: int = 3) -> np.ndarray:
     return np.random.default_rng(seed).uniform(0, 1, (n, size, size, CHANNELS)).astype(np.float32)
+
+
+def torch_saliency(model, inputs, targets, **kwargs):
+    """Quantus's explain_func: the signed gradient of the target logit (kerascope's Saliency bypasses the softmax)."""
+    import torch
+
+    x = torch.as_tensor(np.asarray(inputs, np.float32)).requires_grad_(True)
+    model(x)[torch.arange(len(x)), torch.as_tensor(np.asarray(targets))].sum().backward()
+    return x.grad.detach().numpy()

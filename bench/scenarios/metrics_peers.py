@@ -17,7 +17,7 @@ def _cases(options: Options):
     import numpy as np
 
     from kerascope import metrics
-    from tests._quantus import build_pair, import_quantus, nchw
+    from tests._quantus import build_pair, import_quantus, nchw, torch_saliency
 
     quantus = import_quantus()
     size, n = (16, 4) if options.quick else (32, 16)
@@ -31,6 +31,7 @@ def _cases(options: Options):
     masks[:, size // 4: 3 * size // 4, size // 4: 3 * size // 4] = True
     common = dict(model=net, x_batch=nchw(x), y_batch=y, channel_first=True, batch_size=64)
     step = size * size // 16
+    samples = 10 if options.quick else 50
 
     def q(cls, a_q, call=None, **params):
         metric = getattr(quantus, cls)(normalise=False, disable_warnings=True, **params)
@@ -58,6 +59,16 @@ def _cases(options: Options):
         "relevance_rank_accuracy": (
             lambda: metrics.relevance_rank_accuracy(maps, masks),
             q("RelevanceRankAccuracy", maps[:, None], {"s_batch": masks[:, None].astype(np.float32)})),
+        "max_sensitivity": (
+            lambda: metrics.max_sensitivity(model, x, "saliency", y, samples=samples, radius=0.1, batch_size=64),
+            q("MaxSensitivity", torch_saliency(net, nchw(x), y), {"explain_func": torch_saliency},
+              nr_samples=samples, lower_bound=0.1, abs=False, return_aggregate=False)),
+        "local_lipschitz_estimate": (
+            lambda: metrics.local_lipschitz_estimate(model, x, "saliency", y, samples=samples, batch_size=64),
+            q("LocalLipschitzEstimate", torch_saliency(net, nchw(x), y), {"explain_func": torch_saliency},
+              nr_samples=samples, abs=False, return_aggregate=False)),
+        "non_sensitivity": (lambda: metrics.non_sensitivity(model, x, a, y, features_in_step=1, batch_size=64),
+                            q("NonSensitivity", nchw(a), {"softmax": True}, features_in_step=1)),
     }
     return cases, {"images": n, "size": size, "features_in_step": step}
 

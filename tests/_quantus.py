@@ -29,7 +29,7 @@ def import_quantus():
             del sys.modules["zennit"]
 
 
-def build_pair(seed: int = 0, size: int = SIZE, channels: int = CHANNELS):
+def build_pair(seed: int = 0, size: int = SIZE, channels: int = CHANNELS, padding: str = "same"):
     """A Keras CNN ending in softmax and its PyTorch twin returning the logits, with identical weights."""
     import torch
 
@@ -38,14 +38,14 @@ def build_pair(seed: int = 0, size: int = SIZE, channels: int = CHANNELS):
     bias = lambda: keras.initializers.RandomNormal(0.0, 0.1, seed=int(rng.integers(1 << 30)))  # noqa: E731
     model = keras.Sequential([
         keras.Input((size, size, channels)),
-        keras.layers.Conv2D(4, 3, padding="same", activation="relu", bias_initializer=bias(), name="c1"),
+        keras.layers.Conv2D(4, 3, padding=padding, activation="relu", bias_initializer=bias(), name="c1"),
         keras.layers.AveragePooling2D(2, name="pool"),
         keras.layers.Flatten(name="flat"),
         keras.layers.Dense(CLASSES, activation="softmax", bias_initializer=bias(), name="out"),
     ])
-    half = size // 2
+    half = (size if padding == "same" else size - 2) // 2
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(channels, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AvgPool2d(2),
+        torch.nn.Conv2d(channels, 4, 3, padding=1 if padding == "same" else 0), torch.nn.ReLU(), torch.nn.AvgPool2d(2),
         torch.nn.Flatten(), torch.nn.Linear(4 * half * half, CLASSES),
     )
     kernel, b = model.get_layer("c1").get_weights()

@@ -276,3 +276,17 @@ def test_random_logit_draws_another_class_and_a_class_blind_explainer_scores_one
     state = np.random.get_state()[1].copy()
     metrics.random_logit(model, x, "saliency", 0, seed=3)
     assert (np.random.get_state()[1] == state).all()  # the global NumPy random state is left alone
+
+
+def test_input_invariance_holds_for_saliency_not_for_gradient_x_input():
+    """Closed forms (Kindermans et al. 2017): the shifted copy computes the same function, so its gradient is
+    the same; gradient x input changes with the input. (Quantus 0.6.0's InputInvariance shifts only part of the
+    input elements, so its verdicts are not a reference.)"""
+    model = tiny_cnn(7)
+    x = np.random.default_rng(15).random((3, 6, 6, 2)).astype(np.float32)
+    shifted = metrics.shifted_copy(model, x, -1.0)
+    np.testing.assert_allclose(np.asarray(shifted.predict(x - 1.0, verbose=0)), np.asarray(model.predict(x, verbose=0)),
+                               atol=1e-5)
+    assert metrics.input_invariance(model, x, "saliency", 0).scores.tolist() == [1.0, 1.0, 1.0]
+    assert metrics.input_invariance(model, x, "gradient_x_input", 0).scores.tolist() == [0.0, 0.0, 0.0]
+    assert model.get_weights()[1].tolist() != shifted.get_weights()[1].tolist()  # the copy moved, not the model

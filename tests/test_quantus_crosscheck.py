@@ -14,9 +14,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _quantus import build_pair, images, import_quantus, nchw, torch_saliency  # noqa: E402 - tests/ is on sys.path
 
 from kerascope import metrics  # noqa: E402
-from tests._quantus import build_pair, images, import_quantus, nchw, torch_saliency  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(keras.backend.backend() != "tensorflow",

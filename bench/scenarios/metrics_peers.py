@@ -14,10 +14,15 @@ from bench.timing import rotating_times
 
 
 def _cases(options: Options):
+    import sys
+    from pathlib import Path
+
     import numpy as np
 
     from kerascope import metrics
-    from tests._quantus import build_pair, import_quantus, nchw, torch_saliency
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the tests' twin builder
+    from _quantus import build_pair, import_quantus, nchw, torch_saliency
 
     quantus = import_quantus()
     size, n = (16, 4) if options.quick else (32, 16)

@@ -14,7 +14,7 @@ Example:
 """
 
 from kerascope.metrics._common import MetricResult, to_maps
-from kerascope.metrics.axiomatic import completeness, non_sensitivity
+from kerascope.metrics.axiomatic import completeness, input_invariance, non_sensitivity, shifted_copy
 from kerascope.metrics.complexity_metrics import complexity, effective_complexity, sparseness
 from kerascope.metrics.faithfulness import (
     CurveResult,
@@ -83,6 +83,7 @@ __all__ = [
     "faithfulness_estimate",
     "focus",
     "infidelity",
+    "input_invariance",
     "insertion",
     "irof",
     "local_lipschitz_estimate",
@@ -102,6 +103,7 @@ __all__ = [
     "relevance_rank_accuracy",
     "selectivity",
     "sensitivity_n",
+    "shifted_copy",
     "sparseness",
     "spearman",
     "ssim",

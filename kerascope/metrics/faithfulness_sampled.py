@@ -35,7 +35,12 @@ def _subset_drops(f: Features, sizes: np.ndarray | None, seed: int, subsets: Any
     def make(flat: np.ndarray) -> np.ndarray:
         i, r = flat // runs, flat % runs
         if subsets is None:  # a uniformly random subset of sizes[r] features: the lowest random keys
-            removed = ranks(rng.random((len(flat), f.features)), descending=False) < sizes[r][:, None]
+            keys = rng.random((len(flat), f.features))
+            removed = np.zeros(keys.shape, bool)
+            for size in np.unique(sizes[r]):  # the few distinct subset sizes, not the samples
+                rows = sizes[r] == size
+                kth = np.partition(keys[rows], size - 1, axis=1)[:, size - 1:size]
+                removed[rows] = keys[rows] <= kth
         else:
             removed = np.zeros((len(flat), f.features), bool)
             np.put_along_axis(removed, chosen[i, r], True, axis=1)

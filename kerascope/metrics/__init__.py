@@ -1,4 +1,5 @@
-"""Explanation quality metrics: faithfulness, localisation and sanity checks.
+"""Explanation quality metrics: faithfulness, localisation and sanity checks, and Quantus's metric families
+(complexity, localisation, faithfulness, robustness, randomisation, axiomatic; see docs/evaluation.md).
 
 Each metric takes the model (where it needs one), the inputs, the
 attributions (or an :class:`~kerascope.Explanation`) and targets, and returns

@@ -290,3 +290,13 @@ def test_input_invariance_holds_for_saliency_not_for_gradient_x_input():
     assert metrics.input_invariance(model, x, "saliency", 0).scores.tolist() == [1.0, 1.0, 1.0]
     assert metrics.input_invariance(model, x, "gradient_x_input", 0).scores.tolist() == [0.0, 0.0, 0.0]
     assert model.get_weights()[1].tolist() != shifted.get_weights()[1].tolist()  # the copy moved, not the model
+
+
+def test_consistency_counts_same_label_same_class_neighbours():
+    model = tiny_cnn(8)
+    x = np.random.default_rng(16).random((4, 6, 6, 2)).astype(np.float32)
+    predicted = np.asarray(model.predict(x, verbose=0)).argmax(-1)
+    labels = np.array([0, 0, 1, 1])
+    r = metrics.consistency(model, x, attributions=np.ones((4, 6, 6)), discretise=lambda a: labels)
+    partner = np.array([1, 0, 3, 2])
+    np.testing.assert_allclose(r.scores, (predicted == predicted[partner]).astype(float), atol=1e-6)

@@ -264,3 +264,16 @@ def test_ssim_1d_equals_skimage():
     a, b = rng.normal(size=(3, 50)), rng.normal(size=(3, 50))
     expected = [structural_similarity(p, q, data_range=float(np.ptp(np.concatenate([p, q])))) for p, q in zip(a, b)]
     np.testing.assert_allclose(metrics.ssim_1d(a, b), expected, rtol=1e-10)
+
+
+def test_consistency_equals_quantus(quantus, pair):
+    model, net = pair
+    x = images(8, seed=17) * np.array([-6, -6, 6, 6, -3, 3, -3, -3], np.float32)[:, None, None, None]
+    y = np.zeros(8, np.int64)
+    maps = np.random.default_rng(18).normal(size=(8, 8, 8)).astype(np.float32)
+    maps[:, 0, :5] = np.sign(maps[[0, 0, 0, 3, 3, 5, 5, 5], 0, :5])  # groups share their first 5 signs
+    ours = metrics.consistency(model, x, attributions=maps, abs=False)
+    metric = quantus.Consistency(normalise=False, disable_warnings=True, abs=False, return_aggregate=False)
+    expected = metric(model=net, x_batch=nchw(x), y_batch=y, a_batch=maps[:, None].copy(), channel_first=True)
+    np.testing.assert_allclose(ours.scores, np.asarray(expected, np.float64), atol=1e-9)
+    assert len(set(np.round(ours.scores, 6))) > 1  # predictions and labels both vary here

@@ -47,6 +47,7 @@ from kerascope.metrics.localisation import (
 from kerascope.metrics.randomisation import random_logit, ssim_1d
 from kerascope.metrics.robustness import (
     avg_sensitivity,
+    consistency,
     local_lipschitz_estimate,
     max_sensitivity,
     relative_input_stability,
@@ -75,6 +76,7 @@ __all__ = [
     "boxes_to_masks",
     "completeness",
     "complexity",
+    "consistency",
     "copy_model",
     "data_randomisation",
     "deletion",

@@ -291,3 +291,59 @@ def relative_output_stability(
     return _relative_stability("relative_output_stability", model, inputs, method, targets, radius, samples,
                                attributions, perturbations, seed, abs, eps_min, return_nan_when_prediction_changes,
                                output, batch_size, method_kwargs)
+
+
+def consistency(
+    model: keras.Layer,
+    inputs: Any,
+    method: Any = None,
+    targets: Any = None,
+    *,
+    attributions: Any = None,
+    n: int = 5,
+    discretise: Callable[[np.ndarray], np.ndarray] | None = None,
+    abs: bool = True,  # noqa: A002 - Quantus's name
+    batch_size: int = 64,
+    method_kwargs: dict | None = None,
+) -> MetricResult:
+    """Consistency (Dasgupta et al. 2022): do inputs with the same discretised explanation get the same prediction?
+
+    Each explanation is discretised to a label — by default Quantus's
+    ``top_n_sign``: the signs of its first ``n`` flattened values (``(H, W)`` or
+    ``(H, W, C)`` order) — or by ``discretise(flat (N, D)) -> (N,)``. Per
+    sample, the share of the *other* inputs with the same label that also
+    share its predicted class (0 when no other input has its label). Scores
+    depend on the batch, as in Quantus. **Higher is better.** ``method`` (or
+    ``attributions``) gives the explanations; ``targets`` are what it explains.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> a = np.ones((3, 2, 2))
+        >>> r = consistency(m, np.random.default_rng(0).random((3, 2, 2, 1)), attributions=a)
+        >>> bool(np.isin(r.scores.round(6), [0.0, 0.5, 1.0]).all())
+        True
+    """
+    x = image_batch(inputs) if np.asarray(inputs).ndim in (3, 4) else np.asarray(inputs, np.float32)
+    count = len(x)
+    scorer = Scorer(model, "logits", batch_size)
+    predicted = scorer.outputs(x).argmax(-1)
+    if attributions is None:
+        if method is None:
+            raise ValueError("Pass `method=` (to explain the inputs) or `attributions=`. Received: neither.")
+        from kerascope.metrics.sanity import _explainer
+
+        _, explain = _explainer(method, batch_size, method_kwargs)
+        attributions = explain(model, x, scorer.targets(x, targets))
+    a = _flat(attributions, count)
+    a = np.abs(a) if abs else a
+    if discretise is None:
+        signs = np.sign(a[:, :check_positive_int("n", n)])
+        labels = np.unique(signs, axis=0, return_inverse=True)[1].reshape(-1)
+    else:
+        labels = np.asarray(discretise(a)).reshape(-1)
+    others = ~np.eye(count, dtype=bool)
+    same_label = (labels[None] == labels[:, None]) & others
+    same_class = (predicted[None] == predicted[:, None]) & others
+    score = (same_class & same_label).sum(-1) / (same_label.sum(-1) + 1e-9)
+    return MetricResult("consistency", score.astype(np.float64), True, {"labels": labels, "predicted": predicted})

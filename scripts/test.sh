@@ -26,6 +26,10 @@ step "install kerascope and test dependencies"
 # zennit (LRP reference, tests/test_lrp_zennit.py): --no-deps keeps torch 2.13; its torchvision helpers are
 # never imported by the test (torchvision does not load beside torch 2.13). ~2 s.
 "$PY" -m pip install -q --no-deps "zennit==0.5.1"
+# quantus (reference for the metric families, tests/test_quantus_crosscheck.py): --no-deps, because its own
+# requirements would not change anything here but its [tensorflow] extra pins Keras 2; the light packages it
+# imports (cachetools, opencv-python-headless, scikit-learn, scikit-image) come with the test extra. ~2 s.
+"$PY" -m pip install -q --no-deps "quantus==0.6.0"
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then
@@ -66,7 +70,7 @@ for backend in jax torch; do
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
     tests/test_plots.py tests/test_evaluation.py tests/test_batch_local.py tests/test_report_browser.py tests/test_architecture.py \
     tests/test_cam_models.py tests/test_lrp.py tests/test_tolerance.py tests/test_precision.py \
-    tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_hardening.py tests/test_shared_layers.py \
+    tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_metrics_quantus.py tests/test_hardening.py tests/test_shared_layers.py \
     tests/test_fuzz.py --hypothesis-profile=ci-small \
     tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
     tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py \

@@ -1,4 +1,5 @@
-"""Explanation quality metrics: faithfulness, localisation and sanity checks.
+"""Explanation quality metrics: faithfulness, localisation and sanity checks, and Quantus's metric families
+(complexity, localisation, faithfulness, robustness, randomisation, axiomatic; see docs/evaluation.md).
 
 Each metric takes the model (where it needs one), the inputs, the
 attributions (or an :class:`~kerascope.Explanation`) and targets, and returns
@@ -14,6 +15,8 @@ Example:
 """
 
 from kerascope.metrics._common import MetricResult, to_maps
+from kerascope.metrics.axiomatic import completeness, input_invariance, non_sensitivity, shifted_copy
+from kerascope.metrics.complexity_metrics import complexity, effective_complexity, sparseness
 from kerascope.metrics.faithfulness import (
     CurveResult,
     average_drop,
@@ -22,7 +25,34 @@ from kerascope.metrics.faithfulness import (
     insertion,
     mu_fidelity,
 )
-from kerascope.metrics.localisation import boxes_to_masks, energy_pointing_game, pointing_game
+from kerascope.metrics.faithfulness_curves import (
+    faithfulness_estimate,
+    monotonicity,
+    pixel_flipping,
+    region_perturbation,
+    selectivity,
+)
+from kerascope.metrics.faithfulness_sampled import faithfulness_correlation, infidelity, irof, sensitivity_n
+from kerascope.metrics.localisation import (
+    attribution_localisation,
+    auc,
+    boxes_to_masks,
+    energy_pointing_game,
+    focus,
+    pointing_game,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+    top_k_intersection,
+)
+from kerascope.metrics.randomisation import random_logit, ssim_1d
+from kerascope.metrics.robustness import (
+    avg_sensitivity,
+    consistency,
+    local_lipschitz_estimate,
+    max_sensitivity,
+    relative_input_stability,
+    relative_output_stability,
+)
 from kerascope.metrics.sanity import (
     SanityResult,
     copy_model,
@@ -38,20 +68,50 @@ __all__ = [
     "CurveResult",
     "MetricResult",
     "SanityResult",
+    "attribution_localisation",
+    "auc",
     "average_drop",
     "average_increase",
+    "avg_sensitivity",
     "boxes_to_masks",
+    "completeness",
+    "complexity",
+    "consistency",
     "copy_model",
     "data_randomisation",
     "deletion",
+    "effective_complexity",
     "energy_pointing_game",
+    "faithfulness_correlation",
+    "faithfulness_estimate",
+    "focus",
+    "infidelity",
+    "input_invariance",
     "insertion",
+    "irof",
+    "local_lipschitz_estimate",
+    "max_sensitivity",
     "model_randomisation",
+    "monotonicity",
     "mu_fidelity",
+    "non_sensitivity",
+    "pixel_flipping",
     "pointing_game",
+    "random_logit",
     "randomise_layer",
+    "region_perturbation",
+    "relative_input_stability",
+    "relative_output_stability",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "selectivity",
+    "sensitivity_n",
+    "shifted_copy",
+    "sparseness",
     "spearman",
     "ssim",
+    "ssim_1d",
     "to_maps",
+    "top_k_intersection",
     "weighted_layers",
 ]

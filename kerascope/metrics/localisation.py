@@ -130,3 +130,193 @@ def energy_pointing_game(
     with np.errstate(invalid="ignore", divide="ignore"):
         energy = np.where(total > 0, inside / np.where(total > 0, total, 1.0), np.nan)
     return MetricResult("energy_pointing_game", energy, True, {})
+
+
+# ----------------------------------------------------------------------------- Quantus's localisation family
+def _elements(attributions: Any, masks: Any, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Attributions and masks as ``(N, D)`` float64 / bool arrays over the same elements.
+
+    A ``(N, H, W)`` mask applies to every channel of ``(N, H, W, C)`` attributions.
+    """
+    a, _ = unpack(attributions, None)
+    a = np.asarray(a, np.float64)
+    s = np.asarray(masks).astype(bool)
+    if s.ndim == a.ndim + 1 and s.shape[-1] == 1:
+        s = s[..., 0]
+    if a.ndim == s.ndim + 1 and s.shape == a.shape[:-1]:
+        s = np.broadcast_to(s[..., None], a.shape)
+    elif s.ndim == a.ndim and s.shape[-1] == 1 and s.shape[:-1] == a.shape[:-1]:
+        s = np.broadcast_to(s, a.shape)
+    if s.shape != a.shape or a.ndim < 2:
+        raise ValueError(
+            "Expected masks of the attributions' shape, or of (N, H, W) for (N, H, W, C) attributions. "
+            f"Received: attributions with shape {a.shape} and masks with shape {np.asarray(masks).shape}."
+        )
+    n = len(a)
+    a = a.reshape(n, -1)
+    return (np.abs(a) if absolute else a), s.reshape(n, -1)
+
+
+def _descending(a: np.ndarray) -> np.ndarray:
+    return np.argsort(-a, axis=1, kind="stable")
+
+
+def relevance_mass_accuracy(attributions: Any, masks: Any, *, abs: bool = False) -> MetricResult:  # noqa: A002
+    """Relevance mass accuracy (Arras et al. 2022): the share of the attribution sum inside the mask.
+
+    Per sample ``sum(a inside) / sum(a)`` (NaN for an empty mask), signed
+    unless ``abs=True``, as Quantus. **Higher is better.** Attributions are
+    ``(N, H, W)`` maps or of the input's shape; masks ``(N, H, W)`` (applied to
+    every channel) or of the attributions' shape.
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.array([[[3.0, 1.0], [0.0, 0.0]]]); m = np.array([[[True, False], [False, False]]])
+        >>> relevance_mass_accuracy(a, m).scores.tolist()
+        [0.75]
+    """
+    a, s = _elements(attributions, masks, abs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mass = (a * s).sum(1) / a.sum(1)
+    return MetricResult("relevance_mass_accuracy", np.where(s.any(1), mass, np.nan), True, {"abs": abs})
+
+
+def relevance_rank_accuracy(attributions: Any, masks: Any, *, abs: bool = False) -> MetricResult:  # noqa: A002
+    """Relevance rank accuracy (Arras et al. 2022): the share of the top-``K`` attributions inside the mask.
+
+    ``K`` is the mask's size; per sample the fraction of the ``K`` highest
+    attributions that fall inside it (NaN for an empty mask). Ties rank in
+    raster order. **Higher is better.**
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.array([[[3.0, 1.0], [2.0, 0.0]]]); m = np.array([[[True, True], [False, False]]])
+        >>> relevance_rank_accuracy(a, m).scores.tolist()
+        [0.5]
+    """
+    a, s = _elements(attributions, masks, abs)
+    sizes = s.sum(1)
+    ranked = np.take_along_axis(s, _descending(a), axis=1)
+    top = np.arange(a.shape[1])[None, :] < sizes[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = (ranked & top).sum(1) / sizes
+    return MetricResult("relevance_rank_accuracy", np.where(sizes > 0, accuracy, np.nan), True, {"abs": abs})
+
+
+def attribution_localisation(
+    attributions: Any,
+    masks: Any,
+    *,
+    weighted: bool = False,
+    positive_attributions: bool = False,
+    abs: bool = True,  # noqa: A002 - Quantus's name
+) -> MetricResult:
+    """Attribution localisation (Kohlbrenner et al. 2020): the attribution share inside the mask.
+
+    Per sample ``sum(a inside) / (sum(a) + 1e-9)`` after ``abs`` (default) or
+    clipping negatives (``positive_attributions=True``); NaN for an empty mask
+    or a ratio above 1. ``weighted=True`` multiplies by the mask's area
+    fraction (Quantus weighs by the mask size over the size of the batch
+    without its first two samples; here the fraction of the map is used).
+    **Higher is better.**
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.array([[[3.0, -1.0], [0.0, 0.0]]]); m = np.array([[[True, False], [False, False]]])
+        >>> np.round(attribution_localisation(a, m).scores, 6).tolist()
+        [0.75]
+    """
+    a, s = _elements(attributions, masks, abs)
+    if positive_attributions:
+        a = np.clip(a, 0, None)
+    ratio = (a * s).sum(1) / (a.sum(1) + 1e-9)
+    ratio = np.where(s.any(1) & ~(ratio > 1), ratio, np.nan)
+    if weighted:
+        ratio = ratio * s.mean(1)
+    return MetricResult("attribution_localisation", ratio, True,
+                        {"weighted": weighted, "positive_attributions": positive_attributions, "abs": abs})
+
+
+def top_k_intersection(
+    attributions: Any,
+    masks: Any,
+    *,
+    k: int = 1000,
+    concept_influence: bool = False,
+    abs: bool = False,  # noqa: A002 - Quantus's name
+) -> MetricResult:
+    """Top-k intersection (Theiner et al. 2021): the share of the ``k`` highest attributions inside the mask.
+
+    ``concept_influence=True`` divides by the mask's area fraction. NaN for
+    an empty mask; ties rank in raster order. **Higher is better.**
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.array([[[3.0, 1.0], [2.0, 0.0]]]); m = np.array([[[True, False], [True, False]]])
+        >>> top_k_intersection(a, m, k=2).scores.tolist()
+        [1.0]
+    """
+    a, s = _elements(attributions, masks, abs)
+    if not isinstance(k, (int, np.integer)) or not 1 <= k <= a.shape[1]:
+        raise ValueError(f"`k` must be an int in [1, {a.shape[1]}] (the number of attributions). Received: k={k!r}.")
+    hits = np.take_along_axis(s, _descending(a)[:, :k], axis=1).mean(1)
+    sizes = s.sum(1)
+    if concept_influence:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hits = hits * a.shape[1] / sizes
+    return MetricResult("top_k_intersection", np.where(sizes > 0, hits, np.nan), True,
+                        {"k": k, "concept_influence": concept_influence, "abs": abs})
+
+
+def auc(attributions: Any, masks: Any, *, abs: bool = False) -> MetricResult:  # noqa: A002 - Quantus's name
+    """ROC AUC of the attributions as a detector of the mask's elements (Fawcett 2006), per sample.
+
+    The probability that an element inside the mask outranks one outside
+    (ties count half), which equals the area under the ROC curve as
+    ``sklearn.metrics.roc_curve`` + ``auc`` compute it, from average ranks
+    (vectorised over samples). NaN for an empty mask. **Higher is better.**
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.array([[[3.0, 1.0], [2.0, 0.0]]]); m = np.array([[[True, False], [True, False]]])
+        >>> auc(a, m).scores.tolist()
+        [1.0]
+    """
+    from kerascope.metrics.sanity import _average_ranks
+
+    a, s = _elements(attributions, masks, abs)
+    ranks = _average_ranks(a)
+    pos = s.sum(1).astype(np.float64)
+    neg = s.shape[1] - pos
+    u = (ranks * s).sum(1) - pos * (pos + 1) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        area = u / (pos * neg)
+    return MetricResult("auc", np.where(pos > 0, area, np.nan), True, {"abs": abs})
+
+
+def focus(attributions: Any, masks: Any, *, abs: bool = False) -> MetricResult:  # noqa: A002 - Quantus's name
+    """Focus (Arias-Duart et al. 2022): the share of positive relevance on the target class's mosaic tiles.
+
+    ``masks`` is either the mosaic's ``(N, 4)`` flags (1 where the quadrant
+    top-left, top-right, bottom-left, bottom-right shows the target class, as
+    Quantus's ``custom_batch``) or any ``(N, H, W)`` mask. Per sample
+    ``sum(max(a, 0) on the tiles) / (sum(max(a, 0)) + 1e-9)``. **Higher is better.**
+
+    Example:
+        >>> import numpy as np
+        >>> a = np.zeros((1, 4, 4)); a[0, :2, :2] = 1.0; a[0, 2:, 2:] = 3.0
+        >>> focus(a, np.array([[1, 0, 0, 1]])).scores.round(6).tolist(), focus(a, [[1, 0, 0, 0]]).scores.round(6).tolist()
+        ([1.0], [0.25])
+    """
+    raw, _ = unpack(attributions, None)
+    raw = np.asarray(raw)
+    flags = np.asarray(masks)
+    if flags.ndim == 2 and flags.shape == (len(raw), 4) and raw.ndim >= 3:
+        h, w = raw.shape[1], raw.shape[2]
+        top = np.arange(h)[:, None] >= h // 2
+        left = np.arange(w)[None, :] >= w // 2
+        quadrant = (top * 2 + left).astype(np.int64)  # 0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right
+        masks = flags.astype(bool)[:, quadrant]
+    a, s = _elements(raw, masks, abs)
+    a = np.clip(a, 0, None)
+    return MetricResult("focus", (a * s).sum(1) / (a.sum(1) + 1e-9), True, {"abs": abs})

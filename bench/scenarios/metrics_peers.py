@@ -1,0 +1,98 @@
+"""kerascope's Quantus metric families against Quantus 0.6.0 at equal settings, on the same CPU.
+
+Quantus runs on a PyTorch twin of the same small CNN with identical weights (tests/_quantus.py), both sides
+on the same images, attributions, masks and targets, alternating in one process (``rotating_times``):
+the rows give each side's median seconds, the ratio of medians and the spread of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from bench.scenario import Options, scenario
+from bench.timing import rotating_times
+
+
+def _cases(options: Options):
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    from kerascope import metrics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the tests' twin builder
+    from _quantus import build_pair, import_quantus, nchw, torch_saliency
+
+    quantus = import_quantus()
+    size, n = (16, 4) if options.quick else (32, 16)
+    model, net = build_pair(seed=0, size=size)
+    rng = np.random.default_rng(0)
+    x = rng.random((n, size, size, 3)).astype(np.float32)
+    y = rng.integers(0, 3, n)
+    a = rng.normal(size=(n, size, size, 3)).astype(np.float32)
+    maps = rng.normal(size=(n, size, size)).astype(np.float32)
+    masks = np.zeros((n, size, size), bool)
+    masks[:, size // 4: 3 * size // 4, size // 4: 3 * size // 4] = True
+    common = dict(model=net, x_batch=nchw(x), y_batch=y, channel_first=True, batch_size=64)
+    step = size * size // 16
+    samples = 10 if options.quick else 50
+
+    def q(cls, a_q, call=None, **params):
+        metric = getattr(quantus, cls)(normalise=False, disable_warnings=True, **params)
+        return lambda: metric(a_batch=a_q.copy(), **common, **(call or {}))
+
+    cases = {
+        "pixel_flipping": (lambda: metrics.pixel_flipping(model, x, a, y, features_in_step=step, batch_size=64),
+                           q("PixelFlipping", nchw(a), {"softmax": True}, features_in_step=step, abs=False)),
+        "region_perturbation": (
+            lambda: metrics.region_perturbation(model, x, maps, y, patch_size=4, regions=32, batch_size=64),
+            q("RegionPerturbation", maps[:, None], {"softmax": True}, patch_size=4, regions_evaluation=32,
+              abs=False)),
+        "selectivity": (lambda: metrics.selectivity(model, x, a, y, patch_size=4, batch_size=64),
+                        q("Selectivity", nchw(a), {"softmax": True}, patch_size=4, abs=False)),
+        "faithfulness_estimate": (
+            lambda: metrics.faithfulness_estimate(model, x, a, y, features_in_step=step, batch_size=64),
+            q("FaithfulnessEstimate", nchw(a), {"softmax": False}, features_in_step=step, abs=False)),
+        "faithfulness_correlation": (
+            lambda: metrics.faithfulness_correlation(model, x, a, y, nr_runs=50, subset_size=step, batch_size=64),
+            q("FaithfulnessCorrelation", nchw(a), {"softmax": False}, nr_runs=50, subset_size=step, abs=False,
+              return_aggregate=False)),
+        "sparseness": (lambda: metrics.sparseness(maps), q("Sparseness", maps[:, None])),
+        "auc": (lambda: metrics.auc(maps, masks),
+                q("AUC", maps[:, None], {"s_batch": masks[:, None].astype(np.float32)})),
+        "relevance_rank_accuracy": (
+            lambda: metrics.relevance_rank_accuracy(maps, masks),
+            q("RelevanceRankAccuracy", maps[:, None], {"s_batch": masks[:, None].astype(np.float32)})),
+        "max_sensitivity": (
+            lambda: metrics.max_sensitivity(model, x, "saliency", y, samples=samples, radius=0.1, batch_size=64),
+            q("MaxSensitivity", torch_saliency(net, nchw(x), y), {"explain_func": torch_saliency},
+              nr_samples=samples, lower_bound=0.1, abs=False, return_aggregate=False)),
+        "local_lipschitz_estimate": (
+            lambda: metrics.local_lipschitz_estimate(model, x, "saliency", y, samples=samples, batch_size=64),
+            q("LocalLipschitzEstimate", torch_saliency(net, nchw(x), y), {"explain_func": torch_saliency},
+              nr_samples=samples, abs=False, return_aggregate=False)),
+        "non_sensitivity": (lambda: metrics.non_sensitivity(model, x, a, y, features_in_step=1, batch_size=64),
+                            q("NonSensitivity", nchw(a), {"softmax": True}, features_in_step=1)),
+    }
+    return cases, {"images": n, "size": size, "features_in_step": step}
+
+
+@scenario("metrics-vs-quantus", "Quantus metric families: kerascope (Keras, TF) vs Quantus 0.6.0 (torch twin)",
+          tags=("peers",))
+def metrics_vs_quantus(options: Options) -> list[dict]:
+    import torch
+
+    torch.set_num_threads(1)  # both sides single-threaded compute on a shared machine: work, not contention
+    cases, setting = _cases(options)
+    rows = []
+    for name, (ours, theirs) in cases.items():
+        ours(), theirs()  # warm-up: compilation, first calls
+        times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats)
+        ratios = [q / k for k, q in zip(times["kerascope"], times["quantus"], strict=True)]
+        k_med, q_med = statistics.median(times["kerascope"]), statistics.median(times["quantus"])
+        rows.append({"metric": name, **setting, "kerascope_s": k_med, "quantus_s": q_med,
+                     "speedup": q_med / k_med, "speedup_min": min(ratios), "speedup_max": max(ratios)})
+        print(f"{name:26s} kerascope {k_med:8.4f}s  quantus {q_med:8.4f}s  x{q_med / k_med:6.1f} "
+              f"[{min(ratios):.1f}, {max(ratios):.1f}]", flush=True)
+    return rows

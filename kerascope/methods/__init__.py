@@ -5,6 +5,7 @@
 from kerascope.catalog import METHODS
 from kerascope.methods.base import Method
 from kerascope.methods.cam import CAM, GradCAM, GuidedGradCAM
+from kerascope.methods.cam_library_variants import FEM, KPCACAM, EigenGradCAM, GradCAMElementWise
 from kerascope.methods.cam_perturbation import AblationCAM, ScoreCAM
 from kerascope.methods.cam_variants import EigenCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from kerascope.methods.coalitions import LIME, FeatureAblation, KernelSHAP, ShapleyExact, ShapleySampling

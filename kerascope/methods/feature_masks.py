@@ -321,6 +321,9 @@ class Plan:
     def rows(self, owners: np.ndarray, keep: np.ndarray, which: np.ndarray) -> Inputs:
         """Perturbed inputs for rows: sample ``owners``, coalition ``keep`` (rows, K), background row ``which``.
 
+        ``keep`` is boolean (a feature is kept or set to the baseline) or float, a weight
+        ``m`` in [0, 1] per feature (the feature becomes ``baseline + m (x - baseline)``).
+
         Example:
             >>> import numpy as np
             >>> p = make_plan(Inputs(np.ones((1, 3))), None, None, 0.0)
@@ -336,7 +339,10 @@ class Plan:
             kept = kept.reshape(kept.shape + (1,) * (x.ndim - kept.ndim))
             base = self.baselines[j]
             pick = {"shared": np.zeros_like(owners), "sample": owners, "background": which}[self.modes[j]]
-            arrays[position] = np.where(kept, x, base[pick])
+            if keep.dtype == np.bool_:
+                arrays[position] = np.where(kept, x, base[pick])
+            else:  # continuous masks in [0, 1] (Sobol): baseline + m (x - baseline)
+                arrays[position] = (base[pick] + kept.astype(x.dtype) * (x - base[pick])).astype(x.dtype)
         return Inputs(self.inputs.rebuild(arrays))
 
 

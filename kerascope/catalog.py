@@ -46,6 +46,8 @@ METHODS: tuple[Entry, ...] = (
           "Score drop when each feature (mask group) is set to a baseline (Captum FeatureAblation)."),
     Entry("fem", "FEM", "kerascope.methods.cam_library_variants",
           "Channels weighted by their fraction of k-sigma high activations, class-agnostic (Fuad et al. 2020)."),
+    Entry("fullgrad", "FullGrad", "kerascope.methods.fullgrad",
+          "Input-gradient map plus the bias-gradient maps of every convolutional layer (Srinivas & Fleuret 2019)."),
     Entry("gradcam", "GradCAM", "kerascope.methods.cam",
           "Feature maps weighted by their spatially averaged gradients (Selvaraju et al. 2017)."),
     Entry("gradcam_elementwise", "GradCAMElementWise", "kerascope.methods.cam_library_variants",

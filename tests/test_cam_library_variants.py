@@ -229,3 +229,101 @@ def test_registered_by_name(model: keras.Model, x: np.ndarray) -> None:
     for name, cls in (("fem", ks.FEM), ("eigen_grad_cam", ks.EigenGradCAM),
                       ("gradcam-elementwise", ks.GradCAMElementWise), ("kpca_cam", ks.KPCACAM)):
         assert isinstance(ks.methods.build(name, model, {"layer": "r2"}), cls)
+
+
+# ----------------------------------------------------------------------------------------- FullGrad
+def build_bn_pair():
+    torch, _ = _grad_cam()
+    nn = torch.nn
+    keras.utils.set_random_seed(4)
+    rng = np.random.default_rng(4)
+    bias = keras.initializers.RandomNormal(0.0, 0.2, seed=4)
+    model = keras.Sequential([
+        keras.Input((SIZE, SIZE, CHANNELS)),
+        keras.layers.Conv2D(5, 3, activation="relu", bias_initializer=bias, name="c1"),
+        keras.layers.Conv2D(6, 3, padding="same", use_bias=False, name="c2"),
+        keras.layers.BatchNormalization(epsilon=1e-3, name="bn"),
+        keras.layers.ReLU(name="r2"),
+        keras.layers.Conv2D(4, 3, activation="tanh", bias_initializer=bias, name="c3"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(CLASSES, name="out"),
+    ])
+    bn = model.get_layer("bn")
+    bn.set_weights([rng.uniform(0.5, 1.5, 6), rng.normal(0, 0.3, 6), rng.normal(0, 0.5, 6), rng.uniform(0.5, 2, 6)])
+    net = nn.Sequential(
+        nn.Conv2d(CHANNELS, 5, 3), nn.ReLU(), nn.Conv2d(5, 6, 3, padding=1, bias=False),
+        nn.BatchNorm2d(6, eps=1e-3), nn.ReLU(), nn.Conv2d(6, 4, 3), nn.Tanh(), nn.Flatten(),
+        nn.Linear(4 * 8 * 8, CLASSES),
+    )
+    with torch.no_grad():
+        for name, index in (("c1", 0), ("c3", 5)):
+            kernel, b = model.get_layer(name).get_weights()
+            net[index].weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))))
+            net[index].bias.copy_(torch.from_numpy(b))
+        net[2].weight.copy_(torch.from_numpy(np.ascontiguousarray(model.get_layer("c2").get_weights()[0]
+                                                                  .transpose(3, 2, 0, 1))))
+        gamma, beta, mean, var = (torch.from_numpy(w.astype(np.float32)) for w in bn.get_weights())
+        net[3].weight.copy_(gamma)
+        net[3].bias.copy_(beta)
+        net[3].running_mean.copy_(mean)
+        net[3].running_var.copy_(var)
+        kernel, b = model.get_layer("out").get_weights()
+        kernel = kernel.reshape(8, 8, 4, CLASSES).transpose(2, 0, 1, 3).reshape(-1, CLASSES)
+        net[8].weight.copy_(torch.from_numpy(np.ascontiguousarray(kernel.T)))
+        net[8].bias.copy_(torch.from_numpy(b))
+    return model, net.eval()
+
+
+@reference_only
+def test_fullgrad_equals_pytorch_grad_cam(x: np.ndarray) -> None:
+    """The library's summed per-layer maps (input-gradient and bias-gradient parts) before its final scaling."""
+    torch, grad_cam = _grad_cam()
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    model, net = build_bn_pair()
+    cam = grad_cam.FullGrad(model=net, target_layers=[])
+    tensor = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).requires_grad_(True)
+    wanted = [ClassifierOutputTarget(t) for t in TARGETS]
+    outputs = cam.activations_and_grads(tensor)
+    net.zero_grad()
+    sum(target(output) for target, output in zip(wanted, outputs, strict=True)).backward(retain_graph=True)
+    expected = cam.compute_cam_per_layer(tensor, wanted, False).sum(axis=1)
+    cam.activations_and_grads.release()
+    assert len(cam.bias_data) == 3  # c1, bn, c3 (c2 has no bias)
+    got = ks.FullGrad(model).explain(x, TARGETS)
+    assert got.attributions.shape == expected.shape == (len(TARGETS), SIZE, SIZE)
+    np.testing.assert_allclose(got.attributions, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got.scores, net(tensor).detach().numpy()[np.arange(len(TARGETS)), TARGETS], rtol=1e-4)
+
+
+def test_fullgrad_parts_by_hand() -> None:
+    """One biased linear convolution: the input part plus the bias part, both with numpy."""
+    layer = keras.layers.Conv2D(2, 3, bias_initializer=keras.initializers.Constant([0.5, -1.0]), name="c")
+    model = keras.Sequential([keras.Input((6, 6, 1)), layer, keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant([[1.0], [2.0]]))])
+    x = np.random.default_rng(5).normal(size=(2, 6, 6, 1)).astype(np.float32)
+    got = ks.FullGrad(model).explain(x, 0).attributions
+    kernel = layer.get_weights()[0]  # (3, 3, 1, 2); score = mean over 4x4 of (conv . [1, 2]) + ...
+    g_out = np.broadcast_to(np.array([1.0, 2.0]) / 16, (2, 4, 4, 2))  # gradient at the conv output
+    grad_x = np.zeros_like(x, dtype=np.float64)
+    for i in range(4):
+        for j in range(4):
+            grad_x[:, i:i + 3, j:j + 3, 0] += np.einsum("khc,nc->nkh", kernel[:, :, 0, :], g_out[:, i, j])
+
+    def psi(m):
+        m = m - m.min(axis=(1, 2), keepdims=True)
+        return (m / (m.max(axis=(1, 2), keepdims=True) + 1e-7)).sum(axis=-1)
+
+    bias_part = psi(np.abs(np.array([0.5, -1.0]) * g_out))  # constant maps scale to 0
+    expected = psi(np.abs(x * grad_x)) + ks.numeric.resize.upsample(bias_part, (6, 6))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_fullgrad_refuses_what_it_cannot_read() -> None:
+    gelu = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Conv2D(2, 3, activation="gelu", name="c"),
+                             keras.layers.Flatten(), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="activation='gelu'"):
+        ks.FullGrad(gelu).explain(np.ones((1, 6, 6, 1), np.float32), 0)
+    table = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="image inputs"):
+        ks.FullGrad(table).explain(np.ones((1, 4), np.float32), 0)

@@ -46,7 +46,10 @@ def sobol_points(dimension: int, samples: int, seed: int | None, scramble: bool 
         >>> sobol_points(2, 4, seed=None, scramble=False).tolist()
         [[0.0, 0.0], [0.5, 0.5], [0.75, 0.25], [0.25, 0.75]]
     """
-    from scipy.stats import qmc
+    try:
+        from scipy.stats import qmc
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError("Sobol and HSIC draw Sobol sequences with scipy: pip install scipy.") from error
 
     with warnings.catch_warnings():  # scipy's note that balance needs a power of 2 (checked where it matters)
         warnings.simplefilter("ignore", UserWarning)

@@ -327,3 +327,15 @@ def test_fullgrad_refuses_what_it_cannot_read() -> None:
     table = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="image inputs"):
         ks.FullGrad(table).explain(np.ones((1, 4), np.float32), 0)
+
+
+@reference_only
+def test_kpca_projection_on_large_layers_equals_the_library_helper() -> None:
+    """Above 200 positions scikit-learn (ARPACK) and kerascope (batched Lanczos) find only the leading pair."""
+    _grad_cam()
+    from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection_kernel
+
+    a = np.abs(np.random.default_rng(7).normal(size=(3, 18, 18, 8))).astype(np.float32)  # 324 positions
+    for kernel in ("sigmoid", "rbf"):
+        expected = get_2d_projection_kernel(a.transpose(0, 3, 1, 2), kernel, None)
+        np.testing.assert_allclose(kernel_projection(a, kernel), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())

@@ -225,7 +225,7 @@ def expected_shapes(name: str, kind: str, inputs: Any, params: dict[str, Any]) -
         if params.get("upsample", True) is False:
             return None
         return [arrays[0].shape[:-1]]
-    if name == "rise":
+    if name in ("rise", "fullgrad"):  # one map per image
         return [arrays[0].shape[:-1]]
     index = params.get("input_index")
     if index is None:
@@ -508,7 +508,7 @@ SMALL = {  # what keeps each method tiny unless the fuzzer overrides it
     "lime": {"samples": 16}, "kernel_shap": {"samples": 16}, "shapley_sampling": {"samples": 2},
     "shapley_exact": {"mask": COARSE}, "rise": {"masks": 8, "cell": 2}, "occlusion": {"window": 4},
 }
-PER_INPUT = {"occlusion", "rise"} | {e.name for e in METHODS if "cam" in e.name}
+PER_INPUT = {"occlusion", "rise", "fullgrad"} | {e.name for e in METHODS if "cam" in e.name}
 
 
 def base_params(name: str, kind: str) -> dict[str, Any]:

@@ -30,6 +30,13 @@ step "install kerascope and test dependencies"
 # requirements would not change anything here but its [tensorflow] extra pins Keras 2; the light packages it
 # imports (cachetools, opencv-python-headless, scikit-learn, scikit-image) come with the test extra. ~2 s.
 "$PY" -m pip install -q --no-deps "quantus==0.6.0"
+# pytorch-grad-cam (tests/test_cam_library_variants.py) and Xplique (tests/test_sensitivity.py), the references of
+# the CAM variants / FullGrad and of Sobol / HSIC: --no-deps keeps torch 2.13 (no torchvision; the CAM test
+# stands in an empty torchvision module for the helpers it never calls) and Keras / TensorFlow as they are;
+# their light imports (ttach, opencv-python-headless, deprecated, einops) are in the `test` extra. Xplique's HSIC
+# module imports tensorflow_probability, which needs tf-keras of the same TensorFlow version.
+"$PY" -m pip install -q --no-deps "grad-cam==1.5.7" "xplique==2.0.2"
+"$PY" -m pip install -q "tensorflow-probability==0.25.0" "tf-keras==$("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then
@@ -64,7 +71,7 @@ for backend in jax torch; do
   extra=()
   if [ "$backend" = torch ]; then
     extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
-           tests/test_conductance.py)
+           tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

@@ -225,7 +225,7 @@ def expected_shapes(name: str, kind: str, inputs: Any, params: dict[str, Any]) -
         if params.get("upsample", True) is False:
             return None
         return [arrays[0].shape[:-1]]
-    if name == "rise":
+    if name in ("rise", "fullgrad"):  # one map per image
         return [arrays[0].shape[:-1]]
     if name == "xrai":
         return [arrays[_position(params.get("input_index"), len(arrays))].shape[:-1]]
@@ -510,7 +510,7 @@ SMALL = {  # what keeps each method tiny unless the fuzzer overrides it
     "lime": {"samples": 16}, "kernel_shap": {"samples": 16}, "shapley_sampling": {"samples": 2},
     "shapley_exact": {"mask": COARSE}, "rise": {"masks": 8, "cell": 2}, "occlusion": {"window": 4},
 }
-PER_INPUT = {"occlusion", "rise", "blur_ig", "guided_ig", "xrai"} | {e.name for e in METHODS if "cam" in e.name}
+PER_INPUT = {"occlusion", "rise", "blur_ig", "guided_ig", "xrai", "fullgrad"} | {e.name for e in METHODS if "cam" in e.name}
 READS_A_LAYER = {"layer_conductance", "internal_influence", "neuron_conductance"}  # `layer=` is required
 SMALL.update({
     "layer_conductance": {"steps": 2}, "internal_influence": {"steps": 2}, "blur_ig": {"steps": 3, "max_sigma": 2},

@@ -5,17 +5,20 @@
 from kerascope.catalog import METHODS
 from kerascope.methods.base import Method
 from kerascope.methods.cam import CAM, GradCAM, GuidedGradCAM
+from kerascope.methods.cam_library_variants import FEM, KPCACAM, EigenGradCAM, GradCAMElementWise
 from kerascope.methods.cam_perturbation import AblationCAM, ScoreCAM
 from kerascope.methods.cam_variants import EigenCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from kerascope.methods.coalitions import LIME, FeatureAblation, KernelSHAP, ShapleyExact, ShapleySampling
 from kerascope.methods.conductance import InternalInfluence, LayerConductance, NeuronConductance
 from kerascope.methods.deeplift import Deconvnet, DeepLIFT, DeepLiftShap
+from kerascope.methods.fullgrad import FullGrad
 from kerascope.methods.gradients import GradientXInput, GuidedBackprop, Saliency
 from kerascope.methods.guided_paths import BlurIG, GuidedIG
 from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, IntegratedGradients
 from kerascope.methods.lrp import LRP
 from kerascope.methods.perturbation import RISE, Occlusion
 from kerascope.methods.registry import available, build, describe, get, register
+from kerascope.methods.sensitivity import HSIC, Sobol
 from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
 from kerascope.methods.xrai import XRAI
 

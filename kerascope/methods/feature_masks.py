@@ -321,6 +321,9 @@ class Plan:
     def rows(self, owners: np.ndarray, keep: np.ndarray, which: np.ndarray) -> Inputs:
         """Perturbed inputs for rows: sample ``owners``, coalition ``keep`` (rows, K), background row ``which``.
 
+        ``keep`` is boolean (a feature is kept or set to the baseline) or float, a weight
+        ``m`` in [0, 1] per feature (the feature becomes ``baseline + m (x - baseline)``).
+
         Example:
             >>> import numpy as np
             >>> p = make_plan(Inputs(np.ones((1, 3))), None, None, 0.0)
@@ -329,14 +332,31 @@ class Plan:
         """
         arrays = [a[owners] for a in self.inputs.arrays]
         rows = np.arange(len(owners))
+        one_owner = len(owners) > 0 and bool(np.all(owners == owners[0]))
         for j, position in enumerate(self.index):
-            labels = self.labels[j][owners] + self.offsets[owners, j].reshape((-1,) + (1,) * (self.labels[j].ndim - 1))
-            kept = keep[rows.reshape((-1,) + (1,) * (labels.ndim - 1)), labels]
             x = arrays[position]
-            kept = kept.reshape(kept.shape + (1,) * (x.ndim - kept.ndim))
             base = self.baselines[j]
-            pick = {"shared": np.zeros_like(owners), "sample": owners, "background": which}[self.modes[j]]
-            arrays[position] = np.where(kept, x, base[pick])
+            if keep.dtype == np.bool_:
+                labels = self.labels[j][owners] + self.offsets[owners, j].reshape(
+                    (-1,) + (1,) * (self.labels[j].ndim - 1))
+                kept = keep[rows.reshape((-1,) + (1,) * (labels.ndim - 1)), labels]
+                kept = kept.reshape(kept.shape + (1,) * (x.ndim - kept.ndim))
+                pick = {"shared": np.zeros_like(owners), "sample": owners, "background": which}[self.modes[j]]
+                arrays[position] = np.where(kept, x, base[pick])
+                continue
+            # continuous masks in [0, 1] (Sobol): baseline + m (x - baseline), computed in place
+            weights = keep.astype(x.dtype, copy=False)
+            if one_owner:  # one sample's rows (the usual chunk): one gather along the feature axis
+                kept = np.take(weights, self.labels[j][owners[0]] + self.offsets[owners[0], j], axis=1)
+            else:
+                labels = self.labels[j][owners] + self.offsets[owners, j].reshape(
+                    (-1,) + (1,) * (self.labels[j].ndim - 1))
+                kept = weights[rows.reshape((-1,) + (1,) * (labels.ndim - 1)), labels]
+            kept = kept.reshape(kept.shape + (1,) * (x.ndim - kept.ndim))
+            b = base[0] if self.modes[j] == "shared" else base[{"sample": owners, "background": which}[self.modes[j]]]
+            x -= b
+            x *= kept
+            x += b
         return Inputs(self.inputs.rebuild(arrays))
 
 

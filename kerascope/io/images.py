@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kerascope.numeric.memory import available_memory
+
 PREPROCESS = {
     "unit": "pixels / 255 -> [0, 1]",
     "raw": "pixels as floats in [0, 255]",
@@ -165,28 +167,6 @@ def load_images(
     h, w = size
     stacked = np.stack(pixels) if pixels else np.zeros((0, h, w, channels), np.uint8)
     return ImageBatch(preprocess(stacked, mode), stacked, ok, errors)
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to new allocations (``MemAvailable`` on Linux), or ``None`` if unknown.
-
-    Example:
-        >>> m = available_memory(); m is None or m > 0
-        True
-    """
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import os
-
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_image_size(

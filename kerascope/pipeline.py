@@ -158,8 +158,9 @@ def explain_images(
     start = time.perf_counter()
     check_overlay_options(cmap, alpha)
     preprocess, preprocess_reason = resolve_preprocess(model, preprocess)
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}.")
+    batch_size = int(batch_size)
     if size is None:
         h, w, channels = model_image_size(model)
         if h is None or w is None:

@@ -189,7 +189,7 @@ class Method:
         scores: bool = True,
         fold_batchnorm: bool = True,
     ) -> None:
-        check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         reduced = check_precision(precision)
         if reduced is not None and reduced not in self.reduced_precisions:
             raise ValueError(

@@ -28,7 +28,7 @@ from kerascope.core.inputs import Inputs
 from kerascope.core.spatial import choose_input
 from kerascope.methods import _coalition_rows as streamed
 from kerascope.methods._folding import forward_scores
-from kerascope.methods.base import Method, subset_structure, check_number, check_positive_int, check_seed
+from kerascope.methods.base import Method, check_number, check_positive_int, check_seed, subset_structure
 from kerascope.methods.coalition_fits import (  # noqa: F401 - re-exported
     _bits,
     _design_size,

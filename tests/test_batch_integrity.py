@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import kerascope as ks
-from kerascope.data import demo_images, demo_model_path
+from kerascope.data import demo_model_path
 
 pytest.importorskip("pyarrow")
 

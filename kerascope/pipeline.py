@@ -18,6 +18,7 @@ from kerascope.io.display import read_display_image
 from kerascope.io.images import check_image_size, load_images, model_image_size
 from kerascope.io.paths import prepare_output_dir
 from kerascope.io.preprocessing import resolve_preprocess
+from kerascope.io.staging import check_reusable, staged
 from kerascope.methods.registry import build, check_common, method_name
 from kerascope.report.about import page_facts
 from kerascope.report.html import ReportEntry, write_report
@@ -124,6 +125,7 @@ def explain_images(
     method_params: dict[str, Any] | None = None,
     common_params: dict[str, Any] | None = None,
     model_path: str | Path | None = None,
+    overwrite: bool = False,
 ) -> RunSummary:
     """Explain image files: writes ``OUT/overlays/*.png``, ``OUT/<method>.npz`` and ``OUT/index.html``.
 
@@ -138,8 +140,12 @@ def explain_images(
     reported by name (in the summary and the report) and the others are still
     processed. Every option is checked before any work (colormap, opacity,
     sizes that cannot fit in memory, an output folder that is a file or cannot
-    be written). Existing files in ``out_dir`` other than the ones this run
-    writes are left alone.
+    be written, or that already holds run files: ``index.html``, ``report.json``,
+    ``summary.json``, ``*.npz``, ``inputs/``, ``overlays/`` -- refused unless ``overwrite=True``,
+    which replaces them). The run is written into a hidden folder inside ``out_dir`` and moved
+    into place when complete: after an error (a full disk raises
+    :class:`kerascope.io.staging.DiskFullError`) the folder holds what it held before. Other
+    files in ``out_dir`` are left alone.
 
     Overlays and ``inputs/*.png`` are saved at the image's natural size, at most 512 px on
     the longest side and never smaller than the model input (:func:`kerascope.io.display.display_size`);
@@ -158,8 +164,9 @@ def explain_images(
     start = time.perf_counter()
     check_overlay_options(cmap, alpha)
     preprocess, preprocess_reason = resolve_preprocess(model, preprocess)
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}.")
+    batch_size = int(batch_size)
     if size is None:
         h, w, channels = model_image_size(model)
         if h is None or w is None:
@@ -173,86 +180,88 @@ def explain_images(
     names = [method_name(m) for m in methods]
     check_common(list(methods), {**({} if layer is None else {"layer": layer}), **(common_params or {})})
     out = prepare_output_dir(out_dir)
-    batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
-    summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors), preprocess=preprocess,
-                         preprocess_reason=preprocess_reason)
-    summary.failed = len(batch.errors)
-    entries: list[ReportEntry] = []
-    method_facts: dict[str, dict[str, Any]] = {name: {} for name in names}
-    if len(batch):
-        # the predictions shown are those of the explained output (output_index / output_layer, if given)
-        space = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
-        engine = engine_for(model, output_index=space.get("output_index"), output_layer=space.get("output_layer"),
-                            call_index=space.get("call_index"))
-        logits = engine.select(engine.forward(batch.inputs, batch_size=batch_size))
-        probs = np.asarray(logits) if engine.forward_gives_probabilities else _softmax(np.asarray(logits, np.float64))
-        (out / "inputs").mkdir(exist_ok=True)
-        stems = [_safe_stem(p, i) for i, p in enumerate(batch.paths)]
-        from PIL import Image
+    check_reusable(out, overwrite)
+    with staged(out) as stage:  # all of the new run, or (on any error) the folder as it was
+        batch = load_images(list(paths), size=size, channels=channels, mode=preprocess)
+        summary = RunSummary(out_dir=str(out), methods=names, errors=dict(batch.errors), preprocess=preprocess,
+                             preprocess_reason=preprocess_reason)
+        summary.failed = len(batch.errors)
+        entries: list[ReportEntry] = []
+        method_facts: dict[str, dict[str, Any]] = {name: {} for name in names}
+        if len(batch):
+            # the predictions shown are those of the explained output (output_index / output_layer, if given)
+            space = {**(common_params or {}), **(method_params or {}).get(names[0], {})}
+            engine = engine_for(model, output_index=space.get("output_index"), output_layer=space.get("output_layer"),
+                                call_index=space.get("call_index"))
+            logits = engine.select(engine.forward(batch.inputs, batch_size=batch_size))
+            probs = np.asarray(logits) if engine.forward_gives_probabilities else _softmax(np.asarray(logits, np.float64))
+            (stage / "inputs").mkdir(exist_ok=True)
+            stems = [_safe_stem(p, i) for i, p in enumerate(batch.paths)]
+            from PIL import Image
 
-        shown = []
-        for path, pixels in zip(batch.paths, batch.pixels):  # the report shows images at their natural size
-            try:
-                shown.append(read_display_image(path, size, channels=pixels.shape[-1]))
-            except (ValueError, OSError):
-                shown.append(pixels)
-        for stem, pixels in zip(stems, shown):
-            Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(out / "inputs" / f"{stem}.png")
-        overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
-        scales: dict[str, dict[str, dict[str, Any]]] = {stem: {} for stem in stems}
-        params = method_params or {}
-        explained: np.ndarray | None = None
-        common: dict[str, Any] = {"batch_size": batch_size}
-        common.update(common_params or {})
-        with_cam = any(_is_cam(spec) for spec in methods)
-        for k, (spec, name) in enumerate(zip(methods, names), 1):
-            own = dict(params.get(name, {}))
-            # `layer` names the CAM layer; without a CAM in the run, the layer gradient methods attribute at
-            if layer is not None and (_is_cam(spec) or (not with_cam and _takes_layer(spec))):
-                own.setdefault("layer", layer)
-            method = build(spec, model, own, _common_for(spec, own, common))
-            label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
-            with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
-                explanation = method.explain(batch.inputs, targets)
-            chosen = method.resolved_params(batch.inputs[:1]).get("layer")
-            if chosen is not None:
-                summary.layers[name] = str(chosen)
-            explanation.extras.update(paths=np.array([str(p) for p in batch.paths]), preprocess=preprocess,
-                                      preprocess_reason=preprocess_reason, layer=summary.layers.get(name))
-            explanation.save(out / f"{name}.npz")
-            explained = explanation.targets
-            method_facts[name] = {**explanation.params, "layer": summary.layers.get(name) or explanation.layer}
-            for i, stem in enumerate(stems):
-                rel = f"overlays/{stem}_{name}.png"
-                scale = save_scaled_overlay(out / rel, shown[i], explanation.attributions[i], method=name,
-                                            params=explanation.params, cmap=cmap, alpha=alpha)
-                overlays[stem][name] = rel
-                scales[stem][name] = scale.as_dict()
-        names = list(class_names) if class_names else [str(i) for i in range(probs.shape[-1])]
-        for i, (stem, path) in enumerate(zip(stems, batch.paths)):
-            order = np.argsort(-probs[i])[:top_k]
-            top = [(names[j] if j < len(names) else str(j), float(probs[i, j])) for j in order]
-            target = None if explained is None else names[int(explained[i])] if int(explained[i]) < len(names) else str(explained[i])
-            probability = None
-            if explained is not None and 0 <= int(explained[i]) < probs.shape[-1]:
-                probability = float(probs[i, int(explained[i])])
-            entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target,
-                                       scales=scales[stem], target_probability=probability))
-            summary.predictions[str(path)] = top[0][0]
-        summary.processed = len(batch)
-    layers = "; ".join(f"{name} layer {path}" for name, path in summary.layers.items())
-    report = write_report(
-        out / "index.html",
-        entries,
-        title=title,
-        subtitle=f"model {model.name} · methods {', '.join(summary.methods)} · {summary.processed} images · "
-                 f"preprocessing {preprocess}" + (f" · {layers}" if layers else ""),
-        errors=batch.errors,
-        about=page_facts(model_name=model.name, model_path=model_path,
-                         preprocess=preprocess,
-                         preprocess_reason=preprocess_reason, methods=method_facts),
-    )
-    summary.report = str(report)
-    summary.seconds = round(time.perf_counter() - start, 3)
-    (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=1))
+            shown = []
+            for path, pixels in zip(batch.paths, batch.pixels):  # the report shows images at their natural size
+                try:
+                    shown.append(read_display_image(path, size, channels=pixels.shape[-1]))
+                except (ValueError, OSError):
+                    shown.append(pixels)
+            for stem, pixels in zip(stems, shown):
+                Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(stage / "inputs" / f"{stem}.png")
+            overlays: dict[str, dict[str, str]] = {stem: {} for stem in stems}
+            scales: dict[str, dict[str, dict[str, Any]]] = {stem: {} for stem in stems}
+            params = method_params or {}
+            explained: np.ndarray | None = None
+            common: dict[str, Any] = {"batch_size": batch_size}
+            common.update(common_params or {})
+            with_cam = any(_is_cam(spec) for spec in methods)
+            for k, (spec, name) in enumerate(zip(methods, names), 1):
+                own = dict(params.get(name, {}))
+                # `layer` names the CAM layer; without a CAM in the run, the layer gradient methods attribute at
+                if layer is not None and (_is_cam(spec) or (not with_cam and _takes_layer(spec))):
+                    own.setdefault("layer", layer)
+                method = build(spec, model, own, _common_for(spec, own, common))
+                label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
+                with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
+                    explanation = method.explain(batch.inputs, targets)
+                chosen = method.resolved_params(batch.inputs[:1]).get("layer")
+                if chosen is not None:
+                    summary.layers[name] = str(chosen)
+                explanation.extras.update(paths=np.array([str(p) for p in batch.paths]), preprocess=preprocess,
+                                          preprocess_reason=preprocess_reason, layer=summary.layers.get(name))
+                explanation.save(stage / f"{name}.npz")
+                explained = explanation.targets
+                method_facts[name] = {**explanation.params, "layer": summary.layers.get(name) or explanation.layer}
+                for i, stem in enumerate(stems):
+                    rel = f"overlays/{stem}_{name}.png"
+                    scale = save_scaled_overlay(stage / rel, shown[i], explanation.attributions[i], method=name,
+                                                params=explanation.params, cmap=cmap, alpha=alpha)
+                    overlays[stem][name] = rel
+                    scales[stem][name] = scale.as_dict()
+            names = list(class_names) if class_names else [str(i) for i in range(probs.shape[-1])]
+            for i, (stem, path) in enumerate(zip(stems, batch.paths)):
+                order = np.argsort(-probs[i])[:top_k]
+                top = [(names[j] if j < len(names) else str(j), float(probs[i, j])) for j in order]
+                target = None if explained is None else names[int(explained[i])] if int(explained[i]) < len(names) else str(explained[i])
+                probability = None
+                if explained is not None and 0 <= int(explained[i]) < probs.shape[-1]:
+                    probability = float(probs[i, int(explained[i])])
+                entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target,
+                                           scales=scales[stem], target_probability=probability))
+                summary.predictions[str(path)] = top[0][0]
+            summary.processed = len(batch)
+        layers = "; ".join(f"{name} layer {path}" for name, path in summary.layers.items())
+        report = write_report(
+            stage / "index.html",
+            entries,
+            title=title,
+            subtitle=f"model {model.name} · methods {', '.join(summary.methods)} · {summary.processed} images · "
+                     f"preprocessing {preprocess}" + (f" · {layers}" if layers else ""),
+            errors=batch.errors,
+            about=page_facts(model_name=model.name, model_path=model_path,
+                             preprocess=preprocess,
+                             preprocess_reason=preprocess_reason, methods=method_facts),
+        )
+        summary.report = str(out / report.name)
+        summary.seconds = round(time.perf_counter() - start, 3)
+        (stage / "summary.json").write_text(json.dumps(summary.as_dict(), indent=1))
     return summary

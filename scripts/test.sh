@@ -80,7 +80,7 @@ for backend in jax torch; do
     tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_metrics_quantus.py tests/test_hardening.py tests/test_shared_layers.py \
     tests/test_fuzz.py --hypothesis-profile=ci-small \
     tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
-    tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py \
+    tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py tests/test_clear_errors.py \
     ${extra[@]+"${extra[@]}"} \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

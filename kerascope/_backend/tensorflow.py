@@ -95,6 +95,19 @@ def _call(compiled: Callable[..., Any], *args: Any) -> Any:
         raise type(error)(message[len(prefix):] if message.startswith(prefix) else message) from None
 
 
+def _dense(gradient: Any) -> tf.Tensor:
+    """A gradient as a dense tensor: an ``Embedding``'s gradient is ``IndexedSlices`` (the rows looked up).
+
+    Example:
+        >>> s = tf.IndexedSlices(tf.ones((1, 2)), tf.constant([1]), tf.constant([3, 2]))
+        >>> _dense(s).numpy().tolist()
+        [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.math.unsorted_segment_sum(gradient.values, gradient.indices, gradient.dense_shape[0])
+    return gradient
+
+
 _CPU_OPTIONS: list[Any] = []  # [FunctionCallOptions or None], computed on first use
 
 
@@ -381,7 +394,7 @@ def compile_gradients(
             "acts": [tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), a) for a in acts],
             "layer_grads": [tf.cast(g, tf.float32) for g in grads["acts"]],
             "weight_grads": [
-                tf.zeros_like(w, dtype=tf.float32) if g is None else tf.cast(g, tf.float32)
+                tf.zeros_like(w, dtype=tf.float32) if g is None else tf.cast(_dense(g), tf.float32)
                 for w, g in zip(weights, grads["weights"])
             ],
         }

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import hashlib
 import json
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from kerascope.core.progress import bar_format
 from kerascope.io.images import check_image_size
 from kerascope.io.paths import prepare_output_dir
 from kerascope.io.preprocessing import resolve_preprocess
+from kerascope.io.staging import DiskFullError
 
 ENGINES = ("local", "ray")
 MAP_DTYPES = ("float16", "float32")
@@ -289,6 +292,44 @@ def run(
     if not model_path.is_file():
         raise FileNotFoundError(f"No model file. Received: model={str(model)!r}. Batch runs need a model file.")
     out = prepare_output_dir(out_dir)
+    with disk_full_is_one_line(out):
+        return _run(start, model_path, inputs, out, method, layer, targets, engine, batch_size, workers, address,
+                    overlays, map_size, map_dtype, shard_size, size, preprocess, method_params, safe_mode, overwrite,
+                    progress, on_shard, ray_remote_args)
+
+
+@contextlib.contextmanager
+def disk_full_is_one_line(out: Path) -> Iterator[None]:
+    """A full disk while a batch run writes becomes :class:`~kerascope.io.staging.DiskFullError` (one line).
+
+    Shards and overlays are written to temporary files renamed into place, so no partial file is left;
+    the manifest keeps naming the shards already complete, and running the same command again resumes.
+
+    Example:
+        >>> import errno, pathlib
+        >>> try:
+        ...     with disk_full_is_one_line(pathlib.Path("out")):
+        ...         raise OSError(errno.ENOSPC, "No space left on device")
+        ... except ValueError as error:
+        ...     print(str(error)[:40])
+        Not enough disk space in 'out' (No space
+    """
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise DiskFullError(
+            f"Not enough disk space in {str(out)!r} ({error.strerror}). The shards written so far are complete "
+            "and verified and no partial file is left: free some space and run the same command again to resume."
+        ) from None
+
+
+def _run(start: float, model_path: Path, inputs: Any, out: Path, method: str, layer: str | None, targets: Any,
+         engine: str, batch_size: int, workers: int, address: str | None, overlays: bool, map_size: Any,
+         map_dtype: str, shard_size: int, size: Any, preprocess: str, method_params: dict[str, Any] | None,
+         safe_mode: bool, overwrite: bool, progress: bool, on_shard: Callable[[int], Any] | None,
+         ray_remote_args: dict[str, Any] | None) -> BatchSummary:
     source = open_source(inputs)
     ids = source.ids()
     total = len(ids)
@@ -461,8 +502,13 @@ def _progress_bar(total: int, enabled: bool) -> Any:
                 bar_format=bar_format(total), miniters=0)
 
 
-def read(out_dir: str | Path, columns: Sequence[str] | None = None) -> Any:
+def read(out_dir: str | Path, columns: Sequence[str] | None = None, *, verify: bool = True) -> Any:
     """The results of a run as a ``pyarrow.Table`` in input order (see :func:`maps_to_numpy` for the maps).
+
+    With ``verify=True`` (the default) every shard file is first checked against the manifest: the
+    SHA-256 recorded when it was written, its row count and its inputs' indices. A shard that was
+    changed on disk, copied from another run, or is not in the manifest raises ``ValueError`` naming
+    it. ``verify=False`` skips this (reading a large run without hashing it).
 
     Example:
         >>> import kerascope as ks, numpy as np, tempfile
@@ -472,7 +518,40 @@ def read(out_dir: str | Path, columns: Sequence[str] | None = None) -> Any:
         >>> ks.batch.read(out).column("index").to_pylist()
         [0, 1]
     """
+    if verify:
+        verify_for_read(out_dir)
     return sh.read_results(out_dir, columns)
+
+
+def verify_for_read(out_dir: str | Path) -> None:
+    """Raise ``ValueError`` naming the first shard file that does not match the run's manifest.
+
+    Example:
+        >>> verify_for_read("no-such-dir")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: No manifest.json to verify the shards against. Received: out_dir='no-such-dir'. ...
+    """
+    found = sh.read_manifest(out_dir)
+    if found is None:
+        raise FileNotFoundError(
+            f"No manifest.json to verify the shards against. Received: out_dir={str(out_dir)!r}. Read a run "
+            "folder written by ks.batch.run, or pass verify=False to read the shards as they are."
+        )
+    total, size = int(found["num_inputs"]), int(found["shard_size"])
+    recorded = found.get("shards") if isinstance(found.get("shards"), dict) else {}
+    known = {sh.shard_path(out_dir, s).name: s for s in range(sh.num_shards(total, size))}
+    folder = Path(out_dir) / sh.SHARDS
+    for path in sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []:
+        shard = known.get(path.name)
+        problem = ("not a shard of this run" if shard is None
+                   else sh.shard_problem(out_dir, shard, size, total, recorded.get(str(shard))))
+        if problem is not None:
+            raise ValueError(
+                f"Shard {path.relative_to(out_dir)} does not match the run's manifest ({problem}): it was changed "
+                "on disk or comes from another run. Run the same `ks.batch.run` / `kerascope batch` command again "
+                "to recompute it, or pass verify=False to read the shards as they are."
+            )
 
 
 def manifest(out_dir: str | Path) -> dict[str, Any]:

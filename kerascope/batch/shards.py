@@ -292,6 +292,9 @@ def check_resumable(old: dict[str, Any], new: dict[str, Any], out_dir: str | Pat
     differ = [k for k in RESUME_KEYS if json.dumps(old.get(k), sort_keys=True) != json.dumps(new.get(k), sort_keys=True)]
     if differ:
         details = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
+        if "inputs_sha256" in differ:
+            details += (" (the inputs changed: other files or ids, or files rewritten under the same names, "
+                        "seen by their size and modification time)")
         raise ValueError(
             f"The output folder {str(out_dir)!r} holds a different run, so its shards cannot be reused. "
             f"Received differences: {details}. Use a new --out folder, or pass overwrite=True (CLI: --overwrite)."

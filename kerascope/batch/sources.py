@@ -163,8 +163,27 @@ class ImageFiles(Source):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "count": len(self), "origin": self.origin}
 
+    def content_key(self) -> str:
+        """Each file's size and modification time: a file rewritten under the same name changes the key.
+
+        Example:
+            >>> from kerascope.data import demo_images
+            >>> ImageFiles([str(demo_images()[0])]).content_key()[:6]
+            'files:'
+        """
+        return "files:" + _fingerprint([_file_stamp(p) for p in self.paths])
+
     def load(self, indices: np.ndarray, shape: tuple[int | None, ...], mode: str = "unit") -> Loaded:
         return _stack_images(indices, lambda i, size, c: read_image(self.paths[i], size, c), shape, mode)
+
+
+def _file_stamp(path: str | Path) -> str:
+    """``"size:mtime_ns"`` of a file (``"missing"`` when it cannot be read): what a resume compares."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return "missing"
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def _check_array(value: np.ndarray, shape: tuple[int | None, ...]) -> str | None:
@@ -328,6 +347,24 @@ class ParquetRows(Source):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "count": len(self), "origin": self.path, "column": self.column}
+
+    def content_key(self) -> str:
+        """The Parquet file's size and modification time, and with a ``path`` column each image file's.
+
+        Example:
+            >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+            >>> p = os.path.join(tempfile.mkdtemp(), "x.parquet")
+            >>> pq.write_table(pa.table({"array": [[0.0] * 4]}), p)
+            >>> ParquetRows(p).content_key()[:8]
+            'parquet:'
+        """
+        stamps = [_file_stamp(self.path)]
+        if self.column == "path":
+            base = Path(self.path).parent
+            for value in self._read().column("path").to_pylist():
+                path = Path(str(value))
+                stamps.append("missing" if value is None else _file_stamp(path if path.is_absolute() else base / path))
+        return "parquet:" + _fingerprint(stamps)
 
     def load(self, indices: np.ndarray, shape: tuple[int | None, ...], mode: str = "unit") -> Loaded:
         indices = np.asarray(indices, np.int64)

@@ -17,6 +17,7 @@ from kerascope.cli.common import (
     emit,
     examples,
     parse_params,
+    stderr,
     with_precision,
 )
 
@@ -91,4 +92,29 @@ def run(args: argparse.Namespace) -> int:
         progress=not (args.quiet or args.json),
     )
     emit(args, summary.as_dict(), summary.text())
+    if summary.errors_total:  # errors always reach stderr: --quiet silences progress and notes only
+        for line in failed_inputs(summary.errors_table):
+            stderr(f"kerascope batch: {line}")
+        stderr(f"kerascope batch: {summary.errors_total} input(s) failed; reasons in {summary.errors_table}")
     return 1 if summary.errors_total else 0  # a resumed run with earlier failures exits 1 as the first run did
+
+
+def failed_inputs(errors_table: str | None, limit: int = 20) -> list[str]:
+    """``"<id>: <reason>"`` for the first ``limit`` failed inputs of a run's errors table (and how many more).
+
+    Example:
+        >>> failed_inputs(None)
+        []
+    """
+    if not errors_table:
+        return []
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(errors_table, columns=["id", "error"])
+    except (OSError, ValueError) as error:
+        return [f"could not read the errors table {errors_table} ({error})"]
+    rows = [f"{row['id']}: {row['error']}" for row in table.slice(0, limit).to_pylist()]
+    if table.num_rows > limit:
+        rows.append(f"... and {table.num_rows - limit} more")
+    return rows

@@ -22,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         **examples("kerascope demo --out demo_out --method gradcam,saliency"),
     )
     p.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run's files in OUT")
     add_method_flag(p, ", ".join(DEMO_METHODS))
     add_output_flags(p)
     p.set_defaults(run=run)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         load_model(demo_model_path()), demo_images(), args.out,
         methods=methods, method_params=cams, class_names=meta["class_names"],
         progress=not (args.quiet or args.json), title="kerascope demo: synthetic shapes",
-        model_path=demo_model_path(),
+        model_path=demo_model_path(), overwrite=args.overwrite,
     )
     emit(args, summary.as_dict(),
          f"demo: {summary.processed} images x {len(summary.methods)} methods in {summary.seconds:.1f}s\n"

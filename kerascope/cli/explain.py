@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(saliency, integrated_gradients, smoothgrad, ...) attribute at. Other methods use the pixels")
     add_target_flag(p)
     p.add_argument("--out", default="kerascope-out", help="output folder (default: kerascope-out)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier run's files in OUT (index.html, *.npz, inputs/, overlays/, ...); "
+                   "without it a folder holding them is refused")
     p.add_argument("--labels", help="class names: text file (one per line) or JSON list")
     add_param_flag(p)
     p.add_argument("--batch-size", type=int, default=32)
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from kerascope.io.models import load_model
     from kerascope.io.paths import prepare_output_dir
     from kerascope.io.preprocessing import resolve_preprocess
+    from kerascope.io.staging import check_reusable
     from kerascope.methods.registry import get
     from kerascope.pipeline import explain_images
     from kerascope.report.html import reason_without_name
@@ -99,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.size:
         check_image_size(args.size, count=len(paths))
     prepare_output_dir(args.out)
+    check_reusable(args.out, args.overwrite)
     model = load_model(args.model, safe_mode=not args.unsafe)
     chatty = not (args.quiet or args.json)
     if chatty:
@@ -118,11 +123,12 @@ def run(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         progress=chatty,
         model_path=args.model,
+        overwrite=args.overwrite,
     )
     if chatty and summary.layers:
         stderr("layers: " + ", ".join(f"{name}: {path}{_grid(model, path)}" for name, path in summary.layers.items()))
-    lines = [f"explained {summary.processed} image(s) with {', '.join(summary.methods)} "
-             f"in {summary.seconds:.1f}s -> {summary.report}"]
-    lines += [f"could not read {name}: {reason_without_name(name, why)}" for name, why in summary.errors.items()]
-    emit(args, summary.as_dict(), "\n".join(lines))
+    emit(args, summary.as_dict(), f"explained {summary.processed} image(s) with {', '.join(summary.methods)} "
+                                  f"in {summary.seconds:.1f}s -> {summary.report}")
+    for name, why in summary.errors.items():  # errors always reach stderr: --quiet silences progress and notes only
+        stderr(f"kerascope explain: could not read {name}: {reason_without_name(name, why)}")
     return 1 if summary.errors else 0

@@ -277,6 +277,24 @@ class GradientResult:
     reduced: Any = None
 
 
+
+def check_single_tensor(value: Any, path: str) -> None:
+    """Refuse a layer output made of several tensors (an ``LSTM(return_state=True)``, a layer returning a dict).
+
+    Example:
+        >>> import numpy as np
+        >>> check_single_tensor((np.zeros(2), np.zeros(2)), "lstm")
+        Traceback (most recent call last):
+        ...
+        ValueError: Layer 'lstm' returns several tensors (a tuple of 2); gradients and maps are taken at a layer with one output tensor. Received: layer='lstm'. Pick the layer that produces the tensor you mean (e.g. the layer after it, or one with return_state=False).
+    """
+    if isinstance(value, (list, tuple, dict)):
+        raise ValueError(
+            f"Layer {path!r} returns several tensors (a {type(value).__name__} of {len(value)}); gradients and "
+            f"maps are taken at a layer with one output tensor. Received: layer={path!r}. Pick the layer that "
+            "produces the tensor you mean (e.g. the layer after it, or one with return_state=False)."
+        )
+
 class Engine:
     """Compiles and runs gradient computations for one model.
 
@@ -1094,7 +1112,10 @@ class Engine:
                                                    fold=not weights, input_gradients=bool(wrt_inputs) and not weights)
             engine._check_traced_calls(recorder, layers, counts)
             scores, resolved = engine._target_scores(outputs, indices, target_fn)
-            return scores, resolved, [recorder.call(layer, at) for layer, at in zip(layers, positions, strict=True)]
+            acts = [recorder.call(layer, at) for layer, at in zip(layers, positions, strict=True)]
+            for name, act in zip(layer_names, acts, strict=True):
+                check_single_tensor(act, name)
+            return scores, resolved, acts
 
         def on_trace() -> None:
             engine = owner()

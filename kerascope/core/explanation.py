@@ -88,8 +88,11 @@ class Explanation:
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, **arrays)
-        tmp.replace(path)
+        try:
+            np.savez_compressed(tmp, **arrays)
+            tmp.replace(path)
+        finally:  # a full disk leaves no partial file behind
+            tmp.unlink(missing_ok=True)
         return path
 
     @classmethod

@@ -169,10 +169,10 @@ def _structurer(kind: str, keys: list[str] | None) -> Callable[[list[Any]], Any]
 
 
 def _as_array(x: Any, index: int) -> np.ndarray:
-    if hasattr(x, "numpy") and not isinstance(x, np.ndarray):
-        x = x.numpy()
-    elif hasattr(x, "detach"):
+    if hasattr(x, "detach") and not isinstance(x, np.ndarray):  # a torch tensor, maybe requiring grad
         x = x.detach().cpu().numpy()
+    elif hasattr(x, "numpy") and not isinstance(x, np.ndarray):
+        x = x.numpy()
     try:
         array = np.asarray(x)
     except Exception as error:

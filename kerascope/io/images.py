@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from kerascope.numeric.memory import available_memory
 
 PREPROCESS = {
     "unit": "pixels / 255 -> [0, 1]",
@@ -37,6 +40,11 @@ class ImageReadError(ValueError):
 def read_image(path: str | Path, size: tuple[int, int] | None = None, channels: int = 3) -> np.ndarray:
     """Read an image as uint8 ``(H, W, channels)``, resized (bilinear) to ``size=(H, W)`` if given.
 
+    Images with more than 8 bits per value are scaled into the 8-bit range models trained on ordinary
+    images expect (see :func:`to_8bit`): 16-bit values (PNG, TIFF) by ``255 / 65535``, float images
+    (TIFF) by 255 when their values lie in ``[0, 1]`` and as they are in ``(1, 255]``; a float image with
+    other values (negative, above 255, NaN) is refused, since its scale cannot be told.
+
     Example:
         >>> from kerascope.data import demo_images
         >>> read_image(demo_images()[0], size=(32, 32)).shape
@@ -55,7 +63,7 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None, channels: 
                     f"{path}: image too large ({width}x{height} = {width * height} pixels; the limit is "
                     f"{MAX_PIXELS} pixels, a guard against decompression bombs); skipped."
                 )
-            image = image.convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
+            image = to_8bit(image, path).convert({1: "L", 3: "RGB", 4: "RGBA"}[channels])
             if size is not None:
                 image = image.resize((int(size[1]), int(size[0])), Image.BILINEAR)
             array = np.asarray(image, dtype=np.uint8)
@@ -70,6 +78,53 @@ def read_image(path: str | Path, size: tuple[int, int] | None = None, channels: 
     if array.ndim == 2:
         array = array[..., None]
     return array
+
+
+#: Single-channel Pillow modes holding more than 8 bits per value, and the largest value of their range.
+_WIDE_MODES = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": None, "F": None}
+
+
+def to_8bit(image: Any, path: object = "image") -> Any:
+    """A Pillow image with more than 8 bits per value as an 8-bit grayscale ("L") image, scaled (not clipped).
+
+    - 16-bit (``I;16*``): ``round(value * 255 / 65535)``.
+    - 32-bit integers (``I``): as 16-bit when the values exceed 255, else as they are.
+    - float (``F``): ``round(value * 255)`` when every value lies in ``[0, 1]``; as they are in ``[0, 255]``;
+      anything else (negative values, values above 255, NaN) raises :class:`ImageReadError`.
+
+    Other images are returned unchanged.
+
+    Example:
+        >>> import numpy as np
+        >>> from PIL import Image
+        >>> wide = Image.fromarray(np.array([[0, 32768, 65535]], np.uint16))
+        >>> np.asarray(to_8bit(wide)).tolist()
+        [[0, 128, 255]]
+        >>> np.asarray(to_8bit(Image.fromarray(np.array([[0.0, 0.5, 1.0]], np.float32)))).tolist()
+        [[0, 128, 255]]
+    """
+    from PIL import Image
+
+    if image.mode not in _WIDE_MODES:
+        return image
+    values = np.asarray(image, np.float64)
+    if not np.all(np.isfinite(values)):
+        raise ImageReadError(f"{path}: a float image with NaN or infinite values; cannot be read as an image.")
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if image.mode.startswith("I;16") or (image.mode == "I" and 255 < high <= 65535 and low >= 0):
+        scale = 255.0 / 65535.0
+    elif low >= 0 and high <= 1.0 and image.mode == "F":
+        scale = 255.0
+    elif low >= 0 and high <= 255.0:
+        scale = 1.0
+    else:
+        kind = "float" if image.mode == "F" else "32-bit integer"
+        raise ImageReadError(
+            f"{path}: a {kind} image with values in [{low:g}, {high:g}]; kerascope reads float images in [0, 1] "
+            "or [0, 255] and integer images of 8 or 16 bits, and cannot tell this one's scale. Convert it "
+            "(e.g. to 8- or 16-bit), or pass the preprocessed array to the Python API."
+        )
+    return Image.fromarray(np.clip(np.rint(values * scale), 0, 255).astype(np.uint8), mode="L")
 
 
 def preprocess(pixels: np.ndarray, mode: str = "unit") -> np.ndarray:
@@ -165,28 +220,6 @@ def load_images(
     h, w = size
     stacked = np.stack(pixels) if pixels else np.zeros((0, h, w, channels), np.uint8)
     return ImageBatch(preprocess(stacked, mode), stacked, ok, errors)
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to new allocations (``MemAvailable`` on Linux), or ``None`` if unknown.
-
-    Example:
-        >>> m = available_memory(); m is None or m > 0
-        True
-    """
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import os
-
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_image_size(

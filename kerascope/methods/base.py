@@ -189,7 +189,7 @@ class Method:
         scores: bool = True,
         fold_batchnorm: bool = True,
     ) -> None:
-        check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         reduced = check_precision(precision)
         if reduced is not None and reduced not in self.reduced_precisions:
             raise ValueError(
@@ -338,13 +338,32 @@ class Method:
         if len(wrt) == 1 or list(wrt) == list(range(len(inputs.arrays))):
             return self._result(inputs, attributions, scores, targets, **extras)
         return Explanation(
-            attributions=list(attributions), method=self.name, params=self.params(), targets=targets,
+            attributions=subset_structure(inputs, wrt, attributions), method=self.name, params=self.params(), targets=targets,
             scores=scores, extras=extras,
         )
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({params})"
+
+
+def subset_structure(inputs: Inputs, positions: list[int], results: list[Any]) -> Any:
+    """Results for the inputs at ``positions`` in the user's structure: every input -> the inputs' own
+    structure; a dict of inputs -> a dict keyed by the chosen inputs' names; else a list in ``positions`` order.
+
+    Example:
+        >>> import numpy as np
+        >>> x = Inputs({"a": np.zeros((1, 2)), "b": np.zeros((1, 3)), "c": np.zeros((1, 1))})
+        >>> subset_structure(x, [2, 0], ["C", "A"])
+        {'c': 'C', 'a': 'A'}
+        >>> subset_structure(Inputs([np.zeros((1, 2)), np.zeros((1, 3))]), [1, 0], ["B", "A"])
+        ['B', 'A']
+    """
+    if list(positions) == list(range(len(inputs.arrays))):
+        return inputs.rebuild(list(results))
+    if inputs.kind == "dict":
+        return {inputs.keys[i]: r for i, r in zip(positions, results, strict=True)}
+    return list(results)
 
 
 class FunctionMethod(Method):

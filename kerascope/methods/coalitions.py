@@ -4,7 +4,8 @@ Every method scores the model on coalitions of features (see
 :mod:`kerascope.methods.feature_masks`): ``v(z)`` is the target score of the
 input whose features with ``z_j = 0`` are replaced by the baseline. All
 coalitions of all samples are rows of compiled forward passes in chunks of
-``batch_size``; random draws come from ``numpy.random.default_rng(seed)``, one
+``batch_size``, generated chunk by chunk (never the whole coalition matrix, see
+:mod:`kerascope.methods._coalition_rows`); random draws come from ``numpy.random.default_rng(seed)``, one
 sample after the other, so results do not depend on ``batch_size``.
 
 Conventions (as Captum): attributions have each perturbed input's shape and
@@ -25,8 +26,18 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.spatial import choose_input
+from kerascope.methods import _coalition_rows as streamed
 from kerascope.methods._folding import forward_scores
-from kerascope.methods.base import Method, check_number, check_positive_int, check_seed
+from kerascope.methods.base import Method, check_number, check_positive_int, check_seed, subset_structure
+from kerascope.methods.coalition_fits import (  # noqa: F401 - re-exported
+    _bits,
+    _design_size,
+    _kernel_design,
+    constrained_wls,
+    exact_shapley,
+    ridge,
+    weighted_r2,
+)
 from kerascope.methods.feature_masks import Plan, evaluate, make_plan, spread
 from kerascope.methods.registry import register
 
@@ -118,7 +129,9 @@ class FeatureMaskMethod(Method):
         self._check_finite_result(maps, scores)
         if len(maps) == 1:
             return self._result(Inputs(maps[0]), maps, scores, resolved, **extras)
-        return self._result(Inputs(list(maps)), maps, scores, resolved, **extras)
+        explanation = self._result(inputs, maps, scores, resolved, **extras)
+        explanation.attributions = subset_structure(inputs, plan.index, maps)
+        return explanation
 
 
 def _describe(value: Any) -> Any:
@@ -131,31 +144,6 @@ def _describe(value: Any) -> Any:
     if type(value).__name__ == "Background":
         return f"<background shape={np.shape(value.data)}>"
     return value
-
-
-def _bits(k: int) -> np.ndarray:
-    """All 2^k coalitions as rows (bit j of the row index = feature j present)."""
-    codes = np.arange(2**k, dtype=np.int64)
-    return ((codes[:, None] >> np.arange(k)) & 1).astype(bool)
-
-
-def exact_shapley(values: np.ndarray, k: int) -> np.ndarray:
-    """Shapley values from ``v`` on all ``2^k`` coalitions in :func:`_bits` order.
-
-    ``phi_j = sum_{S not containing j} |S|! (k-|S|-1)! / k! (v(S + j) - v(S))``.
-
-    Example:
-        >>> import numpy as np
-        >>> z = _bits(3); v = z @ np.array([1.0, 2.0, 3.0])   # additive game
-        >>> exact_shapley(v, 3).round(12).tolist()
-        [1.0, 2.0, 3.0]
-    """
-    z = _bits(k)
-    size = z.sum(axis=1)
-    weight = np.array([math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k) for s in range(k)])
-    with_j = weight[np.clip(size - 1, 0, k - 1)] * values  # v(S + j) counted with |S| = size - 1
-    without_j = weight[np.clip(size, 0, k - 1)] * values
-    return z.T.astype(np.float64) @ with_j - (~z).T.astype(np.float64) @ without_j
 
 
 @register
@@ -184,14 +172,8 @@ class FeatureAblation(FeatureMaskMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
         features = plan.features
-        width = int(features.max())
-        blocks, owners = [], []
-        for i, k in enumerate(features):
-            z = np.ones((k + 1, width), bool)
-            z[np.arange(1, k + 1), np.arange(k)] = False
-            blocks.append(z)
-            owners.append(np.full(k + 1, i))
-        v = self._score(plan, np.concatenate(blocks), np.concatenate(owners), targets, resolved)
+        owners, local = streamed.layout(features + 1)
+        v = self._score(plan, streamed.ablation_rows(local, int(features.max())), owners, targets, resolved)
         phi, start = [], 0
         for k in features:
             phi.append(v[start] - v[start + 1: start + 1 + k])
@@ -231,21 +213,16 @@ class ShapleyExact(FeatureMaskMethod):
         plan = make_plan(inputs, self._positions(inputs), self.mask, self.baseline, self.blur_sigma)
         k_max = int(plan.features.max())
         if k_max > self.max_features:
+            rows = f"{2**k_max:,}" if k_max <= 64 else f"about 10^{int(k_max * math.log10(2))}"
             raise ValueError(
-                f"ShapleyExact evaluates all 2^k coalitions; this mask has k={k_max} features "
-                f"(2^{k_max} = {2**k_max:,} forward rows per sample), more than max_features="
+                f"ShapleyExact evaluates all 2^k coalitions; this mask has k={k_max:,} features "
+                f"(2^{k_max} = {rows} forward rows per sample), more than max_features="
                 f"{self.max_features}. Use a coarser mask (e.g. mask=ks.methods.feature_masks.segmentation("
                 "'grid', cells=4)), ShapleySampling or KernelSHAP, or raise max_features."
             )
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
-        width = k_max
-        blocks, owners = [], []
-        for i, k in enumerate(plan.features):
-            z = np.ones((2**k, width), bool)
-            z[:, :k] = _bits(int(k))
-            blocks.append(z)
-            owners.append(np.full(2**k, i))
-        v = self._score(plan, np.concatenate(blocks), np.concatenate(owners), targets, resolved)
+        owners, local = streamed.layout(2**plan.features)
+        v = self._score(plan, streamed.all_subsets_rows(local, k_max), owners, targets, resolved)
         phi, base, start = [], [], 0
         for k in plan.features:
             values = v[start: start + 2**k]
@@ -290,25 +267,21 @@ class ShapleySampling(FeatureMaskMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
         rng = np.random.default_rng(self.seed)
-        width = int(plan.features.max())
-        blocks, owners, orders = [], [], []
-        for i, k in enumerate(plan.features):
+        features = plan.features
+        width = int(features.max())
+        # each feature's position in each random order (samples, width) per sample: the coalitions
+        # (v(none), v(all), then the prefixes of length 1 .. k-1 of every order) are made from it chunk by chunk
+        ranks = np.full((len(features), self.samples, width), width, np.int32)
+        orders = []
+        for i, k in enumerate(features):
             order = np.argsort(rng.random((self.samples, k)), axis=1)
             orders.append(order)
-            # rows: v(none), v(all), then the prefixes of length 1 .. k-1 of every order
-            z = np.ones((2 + self.samples * (k - 1), width), bool)
-            z[0, :k] = False
-            if k > 1:
-                rank = np.empty_like(order)
-                rank[np.arange(self.samples)[:, None], order] = np.arange(k)[None, :]
-                lengths = np.arange(1, k)
-                prefix = rank[:, None, :] < lengths[None, :, None]  # (samples, k-1, k)
-                z[2:, :k] = prefix.reshape(-1, k)
-            blocks.append(z)
-            owners.append(np.full(len(z), i))
-        v = self._score(plan, np.concatenate(blocks), np.concatenate(owners), targets, resolved)
+            ranks[i, np.arange(self.samples)[:, None], order] = np.arange(k)[None, :]
+        owners, local = streamed.layout(2 + self.samples * (features - 1))
+        v = self._score(plan, streamed.permutation_rows(owners, local, ranks, features), owners, targets, resolved)
+        del ranks
         phi, base, start = [], [], 0
-        for k, order in zip(plan.features, orders, strict=True):
+        for k, order in zip(features, orders, strict=True):
             rows = v[start: start + 2 + self.samples * (k - 1)]
             start += len(rows)
             path = np.concatenate(
@@ -323,66 +296,9 @@ class ShapleySampling(FeatureMaskMethod):
         return self._finish(inputs, plan, phi, scores, resolved, base_scores=np.asarray(base, np.float32))
 
 
-def _kernel_design(k: int, samples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Coalitions (sizes 1..k-1) and their weights for KernelSHAP.
-
-    All ``2^k - 2`` coalitions with the exact Shapley kernel weights when
-    ``samples`` allows; otherwise sizes drawn with probability proportional to
-    the kernel's total weight per size, ``(k-1) / (s (k-s))``, uniform subsets
-    of that size, each paired with its complement (shap's paired sampling),
-    all with weight 1.
-    """
-    if k < 2:
-        return np.zeros((0, k), bool), np.zeros(0)
-    if samples >= 2**k - 2:
-        z = _bits(k)[1:-1]
-        size = z.sum(axis=1)
-        comb = np.array([math.comb(k, int(s)) for s in size], np.float64)
-        return z, (k - 1) / (comb * size * (k - size))
-    sizes = np.arange(1, k)
-    p = (k - 1) / (sizes * (k - sizes))
-    p /= p.sum()
-    half = max(1, samples // 2)
-    drawn = rng.choice(sizes, size=half, p=p)
-    ranks = np.argsort(rng.random((half, k)), axis=1)
-    z = ranks < drawn[:, None]
-    z = np.concatenate([z, ~z])[:samples] if samples >= 2 else z
-    return z, np.ones(len(z))
-
-
-def constrained_wls(z: np.ndarray, y: np.ndarray, w: np.ndarray, total: float) -> np.ndarray:
-    """``argmin_phi sum_i w_i (y_i - z_i . phi)^2`` subject to ``sum(phi) = total`` (KKT system, closed form).
-
-    Example:
-        >>> import numpy as np
-        >>> z = np.array([[1, 0], [0, 1], [1, 1]], float)
-        >>> constrained_wls(z, z @ np.array([2.0, 3.0]), np.ones(3), 5.0).round(6).tolist()
-        [2.0, 3.0]
-    """
-    k = z.shape[1]
-    zw = z.T * w
-    system = np.zeros((k + 1, k + 1))
-    system[:k, :k] = zw @ z
-    system[:k, k] = system[k, :k] = 1.0
-    rhs = np.concatenate([zw @ y, [total]])
-    solution = np.linalg.lstsq(system, rhs, rcond=None)[0]
-    return solution[:k]
-
-
-def weighted_r2(y: np.ndarray, prediction: np.ndarray, w: np.ndarray) -> float:
-    """``1 - sum w (y - prediction)^2 / sum w (y - mean_w(y))^2`` (sklearn's ``score`` with sample weights).
-
-    Example:
-        >>> import numpy as np
-        >>> weighted_r2(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0]), np.ones(3))
-        1.0
-    """
-    mean = np.sum(w * y) / np.sum(w)
-    total = np.sum(w * (y - mean) ** 2)
-    residual = np.sum(w * (y - prediction) ** 2)
-    if total <= 0:
-        return 1.0 if residual <= 1e-12 * max(1.0, float(np.sum(w * y * y))) else 0.0
-    return float(1.0 - residual / total)
+_TOO_MANY = ("Use a coarser mask (e.g. mask='grid' or mask='slic'), fewer `samples`, or a method without a "
+             "regression: ShapleySampling or FeatureAblation stream their coalitions in memory bounded by "
+             "`batch_size`.")
 
 
 @register
@@ -427,33 +343,32 @@ class KernelSHAP(FeatureMaskMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
         rng = np.random.default_rng(self.seed)
-        width = int(plan.features.max())
-        blocks, owners, designs = [], [], []
-        for i, k in enumerate(plan.features):
-            count = self.samples if self.samples is not None else 2 * int(k) + 2048
-            z, w = _kernel_design(int(k), count, rng)
-            designs.append((z, w))
-            rows = np.ones((len(z) + 2, width), bool)
-            rows[0, :k] = False
-            rows[2:, :k] = z
-            blocks.append(rows)
-            owners.append(np.full(len(rows), i))
-        v = self._score(plan, np.concatenate(blocks), np.concatenate(owners), targets, resolved)
-        phi, base, r2, start = [], [], [], 0
-        for k, (z, w) in zip(plan.features, designs, strict=True):
-            rows = v[start: start + len(z) + 2]
-            start += len(rows)
-            v0, total = rows[0], rows[1] - rows[0]
-            if len(z) == 0:
-                coef = np.full(k, total)
-                fit = 1.0
-            else:
-                zf = z.astype(np.float64)
-                coef = constrained_wls(zf, rows[2:] - v0, w, total)
-                fit = weighted_r2(rows[2:], v0 + zf @ coef, w)
-            phi.append(coef)
-            base.append(v0)
-            r2.append(fit)
+        features = plan.features
+        width = int(features.max())
+        counts = [self.samples if self.samples is not None else 2 * int(k) + 2048 for k in features]
+        sizes = np.array([_design_size(int(k), c) for k, c in zip(features, counts, strict=True)], np.int64)
+        worst = int(np.argmax(sizes * features + 40 * features**2))
+        streamed.check_fits("KernelSHAP", int(features[worst]), int(sizes[worst]) + 2, True, _TOO_MANY)
+        phi, base, r2 = [], [], []
+        for group in streamed.sample_groups(sizes * features):  # coalition designs of a few samples at a time
+            designs = [_kernel_design(int(features[i]), counts[i], rng) for i in group]
+            owners, local = streamed.layout(sizes[group] + 2)
+            rows_of = streamed.design_rows(owners, local, [z for z, _ in designs], 2, width)
+            v = self._score(plan, rows_of, group[owners], targets, resolved)
+            start = 0
+            for k, (z, w) in zip(features[group], designs, strict=True):
+                rows = v[start: start + len(z) + 2]
+                start += len(rows)
+                v0, total = rows[0], rows[1] - rows[0]
+                if len(z) == 0:
+                    coef = np.full(k, total)
+                    fit = 1.0
+                else:
+                    coef = constrained_wls(z, rows[2:] - v0, w, total)
+                    fit = weighted_r2(rows[2:], v0 + streamed.predict(z, coef), w)
+                phi.append(coef)
+                base.append(v0)
+                r2.append(fit)
         base_scores = np.asarray(base, np.float32)
         explanation = self._finish(
             inputs, plan, phi, scores, resolved, base_scores=base_scores, intercept=base_scores,
@@ -529,7 +444,11 @@ class LIME(FeatureMaskMethod):
             >>> ks.LIME(m).kernel(np.array([[1, 1], [1, 0], [0, 0]])).round(4).tolist()
             [1.0, 0.5034, 0.0003]
         """
-        z = np.asarray(z, np.float64)
+        z = np.asarray(z)
+        if len(z) * z.shape[1] > 2**21:  # a row's weight depends on that row only: in chunks of float64 rows
+            step = max(1, 2**21 // z.shape[1])
+            return np.concatenate([self.kernel(z[i: i + step]) for i in range(0, len(z), step)])
+        z = z.astype(np.float64)
         k = z.shape[1]
         if self.distance == "cosine":
             norms = np.linalg.norm(z, axis=1) * math.sqrt(k)
@@ -544,50 +463,30 @@ class LIME(FeatureMaskMethod):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
         rng = np.random.default_rng(self.seed)
-        width = int(plan.features.max())
-        blocks, owners, designs = [], [], []
-        for i, k in enumerate(plan.features):
-            z = rng.integers(0, 2, size=(self.samples, k)).astype(bool)
-            z[0] = True
-            designs.append(z)
-            rows = np.ones((self.samples, width), bool)
-            rows[:, :k] = z
-            blocks.append(rows)
-            owners.append(np.full(self.samples, i))
-        v = self._score(plan, np.concatenate(blocks), np.concatenate(owners), targets, resolved)
-        phi, intercepts, r2, local, start = [], [], [], [], 0
-        for z in designs:
-            y = v[start: start + len(z)]
-            start += len(z)
-            coef, intercept = ridge(z.astype(np.float64), y, self.kernel(z), self.alpha)
-            phi.append(coef)
-            intercepts.append(intercept)
-            prediction = intercept + z @ coef
-            r2.append(weighted_r2(y, prediction, self.kernel(z)))
-            local.append(intercept + coef.sum())
+        features = plan.features
+        width = int(features.max())
+        streamed.check_fits("LIME", width, self.samples, True, _TOO_MANY)
+        phi, intercepts, r2, local_prediction = [], [], [], []
+        for group in streamed.sample_groups(self.samples * features):  # designs of a few samples at a time
+            designs = []
+            for k in features[group]:
+                z = rng.integers(0, 2, size=(self.samples, k)).astype(bool)
+                z[0] = True
+                designs.append(z)
+            owners, local = streamed.layout(np.full(len(group), self.samples))
+            v = self._score(plan, streamed.design_rows(owners, local, designs, 0, width), group[owners], targets,
+                            resolved)
+            for i, z in enumerate(designs):
+                y = v[i * self.samples: (i + 1) * self.samples]
+                w = self.kernel(z)
+                coef, intercept = ridge(z, y, w, self.alpha)
+                phi.append(coef)
+                intercepts.append(intercept)
+                r2.append(weighted_r2(y, intercept + streamed.predict(z, coef), w))
+                local_prediction.append(intercept + coef.sum())
         explanation = self._finish(
             inputs, plan, phi, scores, resolved, intercept=np.asarray(intercepts, np.float32),
-            r2=np.asarray(r2, np.float32), local_prediction=np.asarray(local, np.float32),
+            r2=np.asarray(r2, np.float32), local_prediction=np.asarray(local_prediction, np.float32),
         )
         explanation.extras["coefficients"] = explanation.extras["feature_attributions"]
         return explanation
-
-
-def ridge(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
-    """Weighted ridge regression with an unpenalised intercept (sklearn ``Ridge`` with ``sample_weight``).
-
-    Example:
-        >>> import numpy as np
-        >>> x = np.array([[0.0], [1.0], [2.0]])
-        >>> coef, b = ridge(x, 2 * x[:, 0] + 1, np.ones(3), 0.0)
-        >>> coef.round(6).tolist(), round(b, 6)
-        ([2.0], 1.0)
-    """
-    w = np.asarray(w, np.float64)
-    total = w.sum()
-    x_mean = (w @ x) / total
-    y_mean = float(w @ y) / total
-    xc, yc = x - x_mean, y - y_mean
-    gram = (xc.T * w) @ xc + alpha * np.eye(x.shape[1])
-    coef = np.linalg.lstsq(gram, (xc.T * w) @ yc, rcond=None)[0]
-    return coef, float(y_mean - x_mean @ coef)

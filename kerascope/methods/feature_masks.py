@@ -6,9 +6,10 @@ feature-mask method (:class:`~kerascope.methods.coalitions.FeatureAblation`,
 Shapley values, KernelSHAP, LIME) evaluates the model on *coalitions*: binary
 vectors ``z`` over the features where ``z_j = 1`` keeps feature ``j`` as in
 the input and ``z_j = 0`` replaces it with the baseline. Coalitions are rows
-of a small boolean matrix; the perturbed inputs are built from it
-``batch_size`` rows at a time and scored by the engine's compiled forward
-pass, so memory is bounded by ``batch_size`` whatever the number of
+generated ``batch_size`` at a time (never the whole coalition matrix: a
+per-pixel mask of a 224 x 224 image has 50,176 coalitions as wide); the
+perturbed inputs are built from them and scored by the engine's compiled
+forward pass, so memory is bounded by ``batch_size`` whatever the number of
 coalitions.
 
 Masks (``mask=``), per perturbed input:
@@ -425,7 +426,7 @@ def _per_input(value: Any, count: int, name: str) -> list[Any]:
 def evaluate(
     engine: Engine,
     plan: Plan,
-    coalitions: np.ndarray,
+    coalitions: np.ndarray | Callable[[np.ndarray], np.ndarray],
     owners: np.ndarray,
     targets: Any,
     resolved: np.ndarray,
@@ -435,9 +436,12 @@ def evaluate(
 ) -> np.ndarray:
     """Scores ``v(z)`` (float64) of every coalition row (``coalitions`` (R, K) bool, ``owners`` (R,)).
 
-    Physical rows are (coalition, background row) pairs, built and scored
-    ``batch_size`` at a time; a coalition's score is the mean over the
-    background rows.
+    ``coalitions`` is the (R, K) boolean matrix, or a function of row indices
+    returning those rows: the rows are then generated ``batch_size`` at a time
+    and never held all at once (a per-pixel mask has as many coalitions as
+    pixels, each as wide). Physical rows are (coalition, background row) pairs,
+    built and scored ``batch_size`` at a time; a coalition's score is the mean
+    over the background rows.
 
     Example:
         >>> import keras, numpy as np
@@ -447,14 +451,17 @@ def evaluate(
         >>> z = np.array([[True, True], [True, False], [False, False]])
         >>> evaluate(engine_for(m), p, z, np.zeros(3, int), 0, np.array([0]), 8).tolist()
         [2.0, 1.0, 0.0]
+        >>> evaluate(engine_for(m), p, lambda rows: z[rows], np.zeros(3, int), 0, np.array([0]), 2).tolist()
+        [2.0, 1.0, 0.0]
     """
     per = plan.background
-    scores = np.empty(len(coalitions) * per, np.float64)
-    with progress_scope(len(coalitions), description, progress, unit="coalition"):  # no-op in a method's scope
+    rows_of = coalitions if callable(coalitions) else coalitions.__getitem__
+    scores = np.empty(len(owners) * per, np.float64)
+    with progress_scope(len(owners), description, progress, unit="coalition"):  # no-op in a method's scope
         for rows in chunk_ranges(len(scores), batch_size):
             logical = rows // per
             who = owners[logical]
-            batch = plan.rows(who, coalitions[logical], rows % per)
+            batch = plan.rows(who, rows_of(logical), rows % per)
             scores[rows], _ = forward_scores(engine, batch, row_targets(targets, resolved, who), batch_size)
     return scores.reshape(-1, per).mean(axis=1)
 

@@ -133,7 +133,7 @@ class Scorer:
     """
 
     def __init__(self, model: keras.Layer, output: str = "probabilities", batch_size: int = 32) -> None:
-        check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         self.engine = engine_for(model, output)
         self.batch_size = batch_size
 

@@ -67,17 +67,21 @@ def listening(listener: ChunkListener) -> Iterator[ChunkListener]:
         _LISTENER.reset(token)
 
 
-def check_batch_size(batch_size: object) -> None:
-    """Raise the standard error unless ``batch_size`` is a positive int.
+def check_batch_size(batch_size: object) -> int:
+    """``batch_size`` as an int; the standard error unless it is a positive int (numpy integers are ints).
 
     Example:
+        >>> import numpy as np
+        >>> check_batch_size(np.int64(8))
+        8
         >>> check_batch_size(0)
         Traceback (most recent call last):
         ...
         ValueError: `batch_size` must be a positive int. Received: batch_size=0.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
+    return int(batch_size)
 
 
 def chunk_bounds(n: int, size: int) -> Iterator[tuple[int, int]]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -139,7 +140,27 @@ def save_overlay(
     picture = Image.fromarray(overlay(image, attribution, cmap=cmap, alpha=alpha, reduce=reduce))
     if scale > 1:
         picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
-    picture.save(path)
+    save_png(picture, path)
+    return path
+
+
+def save_png(picture: Any, path: str | Path) -> Path:
+    """Save a Pillow image as PNG through a temporary file renamed into place: a failed write (a full
+    disk) leaves no partial or empty file at ``path``.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> from PIL import Image
+        >>> save_png(Image.fromarray(np.zeros((2, 2), np.uint8)), os.path.join(tempfile.mkdtemp(), "a.png")).name
+        'a.png'
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        picture.save(tmp, format="PNG")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -173,5 +194,5 @@ def save_scaled_overlay(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     scale = colour_scale(attribution, method, params, cmap=cmap)
-    Image.fromarray(scaled_overlay(image, attribution, scale, alpha=alpha)).save(path)
+    save_png(Image.fromarray(scaled_overlay(image, attribution, scale, alpha=alpha)), path)
     return scale

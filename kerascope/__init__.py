@@ -44,7 +44,7 @@ _LAZY: dict[str, str] = {
     "plot_tokens": "kerascope.viz.plots",
     **{entry.class_name: entry.module for entry in _METHODS},
 }
-_SUBMODULES = ("batch", "callbacks", "evaluation", "methods", "metrics")
+_SUBMODULES = ("batch", "callbacks", "evaluation", "methods", "metrics", "targets")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 
@@ -65,7 +65,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
-    from kerascope import batch, callbacks, evaluation, methods, metrics  # noqa: F401
+    from kerascope import batch, callbacks, evaluation, methods, metrics, targets  # noqa: F401
     from kerascope.api import explain  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401

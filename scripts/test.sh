@@ -17,6 +17,10 @@ step "install kerascope and test dependencies"
 # zennit (LRP reference, tests/test_lrp_zennit.py): --no-deps keeps torch 2.13; its torchvision helpers are
 # never imported by the test (torchvision does not load beside torch 2.13). ~2 s.
 "$PY" -m pip install -q --no-deps "zennit==0.5.1"
+# KerasHub (language models and transformers, tests/test_language*.py): --no-deps keeps keras / tensorflow as they
+# are (its tensorflow-text pin is not needed for the tiny in-memory tokenizers the tests build).
+"$PY" -m pip install -q --no-deps "keras-hub==0.32.*"
+"$PY" -m pip install -q tokenizers sentencepiece absl-py rich regex kagglehub
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then

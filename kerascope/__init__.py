@@ -36,6 +36,10 @@ _LAZY: dict[str, str] = {
     "find_layer": "kerascope.core.layers",
     "layers": "kerascope.core.layers",
     "explain": "kerascope.api",
+    "explain_generation": "kerascope.language.generation",
+    "GenerationExplanation": "kerascope.language.generation",
+    "explain_tokens": "kerascope.language.tokens",
+    "TokenExplanation": "kerascope.language.tokens",
     "load_model": "kerascope.io.models",
     "rebuild_report": "kerascope.report.rebuild",
     "plot_grid": "kerascope.viz.plots",
@@ -78,6 +82,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         weight_gradients,
     )
     from kerascope.io.models import load_model  # noqa: F401
+    from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
+    from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403
     from kerascope.report.rebuild import rebuild_report  # noqa: F401
     from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular, plot_tokens  # noqa: F401

@@ -37,7 +37,6 @@ from kerascope.core.graph_reading import (
 )
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure, model_input_names
 from kerascope.core.layers import find_layer, iter_layers, path_of
-from kerascope.core.positions import TargetError, check_no_positions
 from kerascope.core.output_space import (
     OUTPUT_SPACES,
     SATURATED_HIGH,
@@ -50,6 +49,7 @@ from kerascope.core.output_space import (
     saturation_message,
     softmax_outputs,
 )
+from kerascope.core.positions import TargetError, check_no_positions
 from kerascope.core.precision import (
     UNIT_ROUNDOFF,
     check_precision,

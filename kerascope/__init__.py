@@ -37,6 +37,7 @@ _LAZY: dict[str, str] = {
     "layers": "kerascope.core.layers",
     "explain": "kerascope.api",
     "explain_generation": "kerascope.language.generation",
+    "attention_maps": "kerascope.core.attention",
     "GenerationExplanation": "kerascope.language.generation",
     "explain_tokens": "kerascope.language.tokens",
     "TokenExplanation": "kerascope.language.tokens",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         weight_gradients,
     )
     from kerascope.io.models import load_model  # noqa: F401
+    from kerascope.core.attention import attention_maps  # noqa: F401
     from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
     from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403

@@ -14,6 +14,7 @@ from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, Integr
 from kerascope.methods.lrp import LRP
 from kerascope.methods.perturbation import RISE, Occlusion
 from kerascope.methods.registry import available, build, describe, get, register
+from kerascope.methods.rollout import AttentionRollout
 from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
 
 # One source for the method names: the catalogue (which tests/test_cli_startup.py checks against the registry);

@@ -72,6 +72,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope import batch, callbacks, evaluation, methods, metrics, targets  # noqa: F401
     from kerascope.api import explain  # noqa: F401
+    from kerascope.core.attention import attention_maps  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401
     from kerascope.core.layers import find_layer, layers  # noqa: F401
@@ -83,7 +84,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         weight_gradients,
     )
     from kerascope.io.models import load_model  # noqa: F401
-    from kerascope.core.attention import attention_maps  # noqa: F401
     from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
     from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403

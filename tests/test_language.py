@@ -18,6 +18,8 @@ from tests._autodiff import gradient
 keras_hub = pytest.importorskip("keras_hub")
 
 VOCAB = 24
+#: GPT-2 / BERT cases compile for minutes on JAX: there they run under -m slow
+heavy_on_jax = pytest.mark.slow if keras.backend.backend() == "jax" else (lambda test: test)
 
 
 def causal_lm(length: int | None = None) -> tuple[keras.Model, keras.Layer, callable]:
@@ -79,6 +81,7 @@ def test_ig_rows_complete_at_default_steps(lm):
         assert abs(g.token_attributions[j].sum() - gap) <= 0.01 * abs(gap)
 
 
+@heavy_on_jax
 def test_batched_rows_equal_one_explanation_per_generated_token(lm):
     model, emb, _ = lm
     g = ks.explain_generation(model, PROMPT, CONT, steps=16)
@@ -111,6 +114,7 @@ def tiny_gpt2():
     return keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=preprocessor), tokenizer
 
 
+@heavy_on_jax
 def test_keras_hub_gpt2_tied_embedding_strings_and_dict_prompts():
     model, tokenizer = tiny_gpt2()
     g = ks.explain_generation(model, "ab a b", continuation=" c a", steps=16)
@@ -153,6 +157,7 @@ def tiny_bert():
     return keras_hub.models.BertTextClassifier(backbone, num_classes=3, preprocessor=None)
 
 
+@heavy_on_jax
 def test_classifier_tokens_only_padding_exactly_zero_and_complete():
     model = tiny_bert()
     x = {"token_ids": np.array([[2, 5, 9, 4, 0, 0], [2, 8, 3, 7, 6, 1]]),
@@ -181,3 +186,18 @@ def test_classifier_gradient_x_input_equals_hand_gradient_at_the_embedding():
     want = (e * gradient(lambda v: head(pool(v))[:, 2], e)).sum(-1)
     got = ks.explain_tokens(model, x, targets=2, method="gradient_x_input").attributions
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_shapley_over_tokens_only_efficiency_and_padding_zero():
+    keras.utils.set_random_seed(7)
+    ids = keras.Input((5,), dtype="int32", name="token_ids")
+    mask = keras.Input((5,), dtype="int32", name="padding_mask")
+    h = keras.layers.Embedding(VOCAB, 4)(ids) * keras.ops.expand_dims(keras.ops.cast(mask, "float32"), -1)
+    model = keras.Model({"token_ids": ids, "padding_mask": mask},
+                        keras.layers.Dense(2)(keras.layers.Flatten()(keras.layers.Dense(3, activation="tanh")(h))))
+    x = {"token_ids": np.array([[4, 9, 2, 0, 0]]), "padding_mask": np.array([[1, 1, 1, 0, 0]])}
+    e = ks.explain_tokens(model, x, targets=1, method="shapley_exact", baseline_token=0)
+    assert e.attributions.shape == (1, 5) and np.all(e.attributions[0, 3:] == 0.0)
+    empty = dict(x, token_ids=np.zeros_like(x["token_ids"]))
+    gap = np.asarray(model(x))[0, 1] - np.asarray(model(empty))[0, 1]   # efficiency: all tokens -> pad
+    np.testing.assert_allclose(e.attributions.sum(), gap, rtol=1e-5, atol=1e-6)

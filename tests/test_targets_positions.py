@@ -41,7 +41,8 @@ def _params(name: str) -> dict:
     return {"layer": "c"} if "cam" in name else {}
 
 
-@pytest.mark.parametrize("name", [e.name for e in METHODS])
+# every method that explains a model without attention layers (attention rollout reads attention maps)
+@pytest.mark.parametrize("name", [e.name for e in METHODS if e.name != "attention_rollout"])
 def test_every_method_refuses_an_int_or_none_target_on_a_map_and_honours_region(seg, name):
     model, x = seg
     for flat in (2, None, [0, 1]):

@@ -24,6 +24,16 @@ from kerascope.language.embedding import (
     vocabulary_size,
 )
 from kerascope.language.reduce import reduce_embedding
+from kerascope.methods.coalitions import FeatureMaskMethod
+
+
+def _pad_id(tokenizer: object) -> int:
+    """The tokenizer's pad id (or 0): what an absent token becomes in the perturbation methods."""
+    for name in ("pad_token_id", "padding_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, (int, np.integer)):
+            return int(value)
+    return 0
 
 
 @dataclass
@@ -82,6 +92,11 @@ def explain_tokens(
             vocabulary; a tied embedding is read at its first call).
         reduce: ``"sum"`` over the embedding dimension (signed; keeps IG's
             completeness) or ``"norm"`` (L2, unsigned).
+        **params: the method's parameters. The perturbation / Shapley methods
+            (``"feature_ablation"``, ``"shapley_sampling"``, ``"kernel_shap"``,
+            ``"lime"``, ``"shapley_exact"``) play their game over the tokens only
+            (masks and segment ids held), replacing an absent token by
+            ``baseline_token`` (default: the tokenizer's pad id, else 0).
 
     Returns:
         :class:`TokenExplanation` with ``attributions`` of shape ``(N, T)``
@@ -111,9 +126,28 @@ def explain_tokens(
     embedding, call_index = token_embedding(model, layer)
     ids, mask = _token_ids_and_mask(inputs)
     check_ids(ids, vocabulary_size(model, embedding))
-    explainer = registry.build(method, model, {"layer": embedding, "call_index": call_index, **params})
-    explanation = explainer.explain(inputs, targets)
-    per_token = reduce_embedding(explanation.attributions, reduce)
+    cls = registry.get(method) if isinstance(method, str) else method
+    if isinstance(cls, type) and issubclass(cls, FeatureMaskMethod):  # a game over the tokens only
+        baseline = params.pop("baseline_token", None)
+        if baseline is None:
+            baseline = _pad_id(tokenizer_of(model))
+        chosen = {"input_index": "token_ids"} if isinstance(inputs, dict) else {}
+        explainer = registry.build(cls, model, {**chosen, "baseline": float(baseline), **params})
+        explanation = explainer.explain(inputs, targets)
+        found = explanation.attributions
+        found = found["token_ids"] if isinstance(found, dict) else found
+        per_token = np.asarray(found[0] if isinstance(found, list) else found, np.float32)
+    else:
+        if "baseline_token" in params:
+            raise ValueError(
+                "`baseline_token` is the token that replaces absent tokens in the perturbation methods "
+                f"(feature_ablation, shapley_sampling, kernel_shap, lime, shapley_exact). Received: method={method!r}; "
+                "for gradient methods at the embedding pass `baseline=` (e.g. np.zeros_like(token_ids): the pad "
+                "token's embedding)."
+            )
+        explainer = registry.build(method, model, {"layer": embedding, "call_index": call_index, **params})
+        explanation = explainer.explain(inputs, targets)
+        per_token = reduce_embedding(explanation.attributions, reduce)
     if per_token.shape != ids.shape:
         raise ValueError(
             f"The layer's output has {per_token.shape[1:]} positions where the inputs have {ids.shape[1:]} tokens: it "

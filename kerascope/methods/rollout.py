@@ -8,9 +8,9 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.core.attention import attention_maps, rollout
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.core.attention import attention_maps, rollout
 from kerascope.methods.base import Method
 from kerascope.methods.registry import register
 from kerascope.numeric.resize import upsample as resize

@@ -201,3 +201,24 @@ def test_shapley_over_tokens_only_efficiency_and_padding_zero():
     empty = dict(x, token_ids=np.zeros_like(x["token_ids"]))
     gap = np.asarray(model(x))[0, 1] - np.asarray(model(empty))[0, 1]   # efficiency: all tokens -> pad
     np.testing.assert_allclose(e.attributions.sum(), gap, rtol=1e-5, atol=1e-6)
+
+
+@heavy_on_jax
+def test_gemma_style_rmsnorm_needs_a_baseline_token_and_is_complete_with_one():
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GemmaBackbone(vocabulary_size=32, num_layers=2, num_query_heads=2,
+                                              num_key_value_heads=1, hidden_dim=16, intermediate_dim=32, head_dim=8)
+    gemma = keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
+    prompt, cont = np.array([3, 5, 7]), np.array([7, 2, 9])
+    with pytest.warns(RuntimeWarning, match="baseline_token"):  # RMSNorm after a zero embedding: a jump
+        ks.explain_generation(gemma, prompt, cont, steps=8)
+    g = ks.explain_generation(gemma, prompt, cont, baseline_token=0)
+    seq = np.concatenate([prompt, cont])[None]
+
+    def lps(tokens):
+        logits = np.asarray(gemma({"token_ids": tokens, "padding_mask": np.ones_like(tokens)}))
+        return [float(log_prob(logits, len(prompt) - 1 + j, c)[0]) for j, c in enumerate(cont)]
+
+    gap = np.asarray(lps(seq)) - np.asarray(lps(np.zeros_like(seq)))
+    np.testing.assert_allclose(g.token_attributions.sum(1), gap, rtol=0.01)
+    np.testing.assert_allclose(g.log_probs, lps(seq), rtol=1e-5)

@@ -11,6 +11,7 @@ method folds rows x its own steps into the batch axis and runs them
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,8 +217,13 @@ def explain_generation(
             read at its first call).
         max_new_tokens: tokens generated when ``continuation`` is None.
         **params: the method's parameters (``steps``, ``batch_size``, ...), plus
-            ``tokenizer=`` and ``reduce="sum"`` (per token: the sum over the
-            embedding dimension) or ``"norm"`` (its L2 norm, unsigned).
+            ``tokenizer=``, ``reduce="sum"`` (per token: the sum over the
+            embedding dimension) or ``"norm"`` (its L2 norm, unsigned), and
+            ``baseline_token=`` (IG family: the path starts at this token's
+            embedding at every position instead of zeros; needed where a
+            normalisation follows the embedding, as Gemma's RMSNorm, whose
+            output jumps at zero: a ``RuntimeWarning`` says so when a row misses
+            completeness by more than 1%).
 
     Returns:
         A :class:`GenerationExplanation`: ``token_attributions`` of shape
@@ -242,6 +248,7 @@ def explain_generation(
 
     tokenizer = tokenizer_of(model, params.pop("tokenizer", None))
     reduce = params.pop("reduce", "sum")
+    baseline_token = params.pop("baseline_token", None)
     embedding, call_index = token_embedding(model, layer)
     vocab = vocabulary_size(model, embedding)
     prompt_ids = check_ids(_prompt_ids(model, prompt, tokenizer), vocab, "prompt token id")
@@ -266,8 +273,12 @@ def explain_generation(
     inputs = _model_inputs(view, np.repeat(sequence[None], rows, axis=0), _fixed_length(model))
     inputs["kerascope_position"] = (start - 1 + np.arange(rows)).astype(np.int32)
     inputs["kerascope_token"] = continuation_ids.astype(np.int32)
+    if baseline_token is not None:  # the path starts at this token's embedding, at every position
+        filler = check_ids(np.asarray([baseline_token]), vocab, "baseline_token")[0]
+        params["baseline"] = {**inputs, "token_ids": np.full_like(inputs["token_ids"], filler)}
     explainer = registry.build(method, view, {"layer": embedding, "call_index": call_index, **params})
     explanation = explainer.explain(inputs, 0)
+    _check_completeness(explanation, baseline_token)
     per_token = reduce_embedding(explanation.attributions, reduce)[:, :size]
     later = np.arange(size)[None, :] >= (start + np.arange(rows))[:, None]
     per_token = np.where(later, 0.0, per_token).astype(np.float32)  # causal: exactly 0, not float dust
@@ -283,6 +294,24 @@ def explain_generation(
         params={**explanation.params, "reduce": reduce},
         extras={k: np.asarray(v) for k, v in (explanation.extras or {}).items()},
     )
+
+
+def _check_completeness(explanation: Any, baseline_token: Any) -> None:
+    error = (explanation.extras or {}).get("completeness_error")
+    base = (explanation.extras or {}).get("baseline_scores")
+    if error is None or base is None:
+        return
+    gap = np.abs(np.asarray(explanation.scores, np.float64) - np.asarray(base, np.float64))
+    relative = np.abs(np.asarray(error, np.float64)) / np.maximum(gap, 1e-12)
+    bad = np.flatnonzero(relative > 0.01)
+    if bad.size:
+        fix = ("pass `baseline_token=` (e.g. the pad id) so the path does not start at the zero embedding, where "
+               "a normalisation after the embedding (RMSNorm, LayerNorm) jumps" if baseline_token is None else
+               "raise `steps=`")
+        warnings.warn(
+            f"The attributions of continuation rows {bad[:10].tolist()} miss completeness by up to "
+            f"{float(relative.max()):.0%} of |log p(x) - log p(baseline)| (extras['completeness_error']): "
+            f"{fix}.", RuntimeWarning, stacklevel=3)
 
 
 def _check_length(limit: int | None, prompt: int, more: int, what: str) -> None:

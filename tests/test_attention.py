@@ -47,16 +47,16 @@ def test_maps_equal_keras_own_attention_scores_and_model_unchanged():
     model, a1, a2 = two_layer()
     x = np.random.RandomState(0).rand(3, 5, 4).astype("float32")
     before = {k: type(v) for k, v in vars(a1).items()}
-    reference = np.asarray(model(x))
+    reference = keras.ops.convert_to_numpy(model(x))
     maps = ks.attention_maps(model, x, batch_size=2)
     assert list(maps) == ["a1", "a2"]
     _, s1 = a1(x, x, return_attention_scores=True)
-    h = x + np.asarray(a1(x, x))
+    h = x + keras.ops.convert_to_numpy(a1(x, x))
     _, s2 = a2(h, h, return_attention_scores=True)
-    np.testing.assert_allclose(maps["a1"], np.asarray(s1), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(maps["a2"], np.asarray(s2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(maps["a1"], keras.ops.convert_to_numpy(s1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(maps["a2"], keras.ops.convert_to_numpy(s2), rtol=1e-5, atol=1e-6)
     assert {k: type(v) for k, v in vars(a1).items()} == before
-    np.testing.assert_array_equal(np.asarray(model(x)), reference)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x)), reference)
 
 
 def test_rollout_equals_numpy_reimplementation_with_and_without_class_token():
@@ -68,7 +68,7 @@ def test_rollout_equals_numpy_reimplementation_with_and_without_class_token():
     np.testing.assert_allclose(mean.attributions, want.mean(1), rtol=1e-5, atol=1e-6)
     row = ks.AttentionRollout(model, class_token=True).explain(x, 0)
     np.testing.assert_allclose(row.attributions, want[:, 0, 1:], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(mean.scores, np.asarray(model(x))[:, 0], rtol=1e-5)
+    np.testing.assert_allclose(mean.scores, keras.ops.convert_to_numpy(model(x))[:, 0], rtol=1e-5)
 
 
 def test_vit_rollout_is_an_image_map_or_the_token_grid():
@@ -106,7 +106,7 @@ def test_keras_hub_text_masks_give_zero_probability():
 def test_capture_is_invisible_to_other_threads():
     model, a1, _ = two_layer()
     x = np.random.RandomState(3).rand(1, 5, 4).astype("float32")
-    reference = np.asarray(model(x))
+    reference = keras.ops.convert_to_numpy(model(x))
     inside, done = threading.Event(), threading.Event()
     seen = {}
 
@@ -119,7 +119,7 @@ def test_capture_is_invisible_to_other_threads():
     worker = threading.Thread(target=capturing)
     worker.start()
     assert inside.wait(60)
-    other = np.asarray(model(x))  # another thread's call while the capture is active
+    other = keras.ops.convert_to_numpy(model(x))  # another thread's call while the capture is active
     done.set()
     worker.join(60)
     np.testing.assert_array_equal(other, reference)

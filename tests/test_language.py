@@ -54,7 +54,7 @@ def test_rows_equal_hand_gradient_of_each_log_prob(lm):
     model, emb, rest = lm
     g = ks.explain_generation(model, PROMPT, CONT, method="gradient_x_input")
     seq = np.concatenate([PROMPT, CONT])[None]
-    e = np.asarray(emb(seq))
+    e = keras.ops.convert_to_numpy(emb(seq))
     for j, c in enumerate(CONT):
         position = len(PROMPT) - 1 + j
         grad = gradient(lambda v, p=position, c=c: log_prob(rest(v), p, c), e)
@@ -62,9 +62,9 @@ def test_rows_equal_hand_gradient_of_each_log_prob(lm):
         want[len(PROMPT) + j:] = 0.0
         np.testing.assert_allclose(g.token_attributions[j], want, rtol=1e-4, atol=1e-6)
         assert np.all(g.token_attributions[j, len(PROMPT) + j:] == 0.0)
-    logits = np.asarray(model(seq))
+    logits = keras.ops.convert_to_numpy(model(seq))
     want_lp = [log_prob(logits, len(PROMPT) - 1 + j, c)[0] for j, c in enumerate(CONT)]
-    np.testing.assert_allclose(g.log_probs, np.asarray(want_lp), rtol=1e-5)
+    np.testing.assert_allclose(g.log_probs, keras.ops.convert_to_numpy(want_lp), rtol=1e-5)
     np.testing.assert_allclose(g.attributions, g.token_attributions.sum(0), rtol=1e-6)
     assert g.token_attributions.shape == (3, 8) and g.continuation_ids.tolist() == CONT.tolist()
 
@@ -73,8 +73,8 @@ def test_ig_rows_complete_at_default_steps(lm):
     model, emb, rest = lm
     g = ks.explain_generation(model, PROMPT, CONT)
     seq = np.concatenate([PROMPT, CONT])[None]
-    at_x = np.asarray(rest(emb(seq)))
-    at_zero = np.asarray(rest(np.zeros((1, seq.shape[1], 8), "float32")))
+    at_x = keras.ops.convert_to_numpy(rest(emb(seq)))
+    at_zero = keras.ops.convert_to_numpy(rest(np.zeros((1, seq.shape[1], 8), "float32")))
     for j, c in enumerate(CONT):
         p = len(PROMPT) - 1 + j
         gap = float(log_prob(at_x, p, c)[0]) - float(log_prob(at_zero, p, c)[0])
@@ -99,7 +99,7 @@ def test_greedy_continuation_is_the_argmax_chain(lm):
     g = ks.explain_generation(model, PROMPT, max_new_tokens=4, method="saliency")
     seq = list(PROMPT)
     for _ in range(4):
-        seq.append(int(np.argmax(np.asarray(model(np.array([seq])))[0, -1])))
+        seq.append(int(np.argmax(keras.ops.convert_to_numpy(model(np.array([seq])))[0, -1])))
     assert g.continuation_ids.tolist() == seq[len(PROMPT):]
     assert g.token_attributions.shape == (4, 9) and g.tokens is None
 
@@ -182,7 +182,7 @@ def test_classifier_gradient_x_input_equals_hand_gradient_at_the_embedding():
     ids = keras.Input((5,), dtype="int32")
     model = keras.Model(ids, head(pool(emb(ids))))
     x = np.array([[1, 2, 3, 4, 5], [7, 7, 0, 9, 1]])
-    e = np.asarray(emb(x))
+    e = keras.ops.convert_to_numpy(emb(x))
     want = (e * gradient(lambda v: head(pool(v))[:, 2], e)).sum(-1)
     got = ks.explain_tokens(model, x, targets=2, method="gradient_x_input").attributions
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -199,7 +199,7 @@ def test_shapley_over_tokens_only_efficiency_and_padding_zero():
     e = ks.explain_tokens(model, x, targets=1, method="shapley_exact", baseline_token=0)
     assert e.attributions.shape == (1, 5) and np.all(e.attributions[0, 3:] == 0.0)
     empty = dict(x, token_ids=np.zeros_like(x["token_ids"]))
-    gap = np.asarray(model(x))[0, 1] - np.asarray(model(empty))[0, 1]   # efficiency: all tokens -> pad
+    gap = keras.ops.convert_to_numpy(model(x))[0, 1] - keras.ops.convert_to_numpy(model(empty))[0, 1]   # efficiency: all tokens -> pad
     np.testing.assert_allclose(e.attributions.sum(), gap, rtol=1e-5, atol=1e-6)
 
 
@@ -216,9 +216,9 @@ def test_gemma_style_rmsnorm_needs_a_baseline_token_and_is_complete_with_one():
     seq = np.concatenate([prompt, cont])[None]
 
     def lps(tokens):
-        logits = np.asarray(gemma({"token_ids": tokens, "padding_mask": np.ones_like(tokens)}))
+        logits = keras.ops.convert_to_numpy(gemma({"token_ids": tokens, "padding_mask": np.ones_like(tokens)}))
         return [float(log_prob(logits, len(prompt) - 1 + j, c)[0]) for j, c in enumerate(cont)]
 
-    gap = np.asarray(lps(seq)) - np.asarray(lps(np.zeros_like(seq)))
+    gap = keras.ops.convert_to_numpy(lps(seq)) - keras.ops.convert_to_numpy(lps(np.zeros_like(seq)))
     np.testing.assert_allclose(g.token_attributions.sum(1), gap, rtol=0.01)
     np.testing.assert_allclose(g.log_probs, lps(seq), rtol=1e-5)

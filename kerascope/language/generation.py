@@ -115,6 +115,17 @@ class GenerationExplanation:
     def prompt_length(self) -> int:
         return int(len(self.prompt_ids))
 
+    def _repr_html_(self) -> str:
+        from kerascope.language.html import matrix_html, token_html
+
+        labels = self.tokens if self.tokens is not None else [str(int(i)) for i in self.token_ids]
+        start = self.prompt_length
+        return (
+            f"<div><b>{self.method}</b>: the continuation's log-probability {self.log_prob:.4g} per token</div>"
+            + token_html(labels, self.attributions)
+            + matrix_html(labels[start:], labels, self.token_attributions)
+        )
+
 
 def _prompt_ids(model: keras.Model, prompt: Any, tokenizer: Any) -> np.ndarray:
     if isinstance(prompt, str):

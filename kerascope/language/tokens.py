@@ -49,6 +49,16 @@ class TokenExplanation:
     params: dict[str, Any] = field(default_factory=dict)
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def _repr_html_(self) -> str:
+        from kerascope.language.html import token_html
+
+        parts = []
+        for i, ids in enumerate(self.token_ids):
+            labels = self.tokens[i] if self.tokens is not None else [str(int(t)) for t in ids]
+            parts.append(f"<div>sample {i}, target {int(self.targets[i])}:</div>"
+                         + token_html(labels, self.attributions[i]))
+        return "".join(parts)
+
 
 def _token_ids_and_mask(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(inputs, dict):

@@ -48,11 +48,14 @@ markers="not slow"
 # light part of every model kind here (the rest under -m slow: JAX compiles every method for every model).
 # The other issue-14 files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
 # JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...).
+# The language-model files (targets with positions, attention, generation) likewise: PyTorch here; on JAX they
+# pass too (KERAS_BACKEND=jax python -m pytest tests/test_language.py ...; GPT-2 / BERT / Gemma cases under -m slow).
 for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
   if [ "$backend" = torch ]; then
-    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py)
+    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
+           tests/test_targets_positions.py tests/test_attention.py tests/test_language.py)
   fi
   KERAS_BACKEND=$backend "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

@@ -74,7 +74,7 @@ def test_ig_rows_complete_at_default_steps(lm):
     g = ks.explain_generation(model, PROMPT, CONT)
     seq = np.concatenate([PROMPT, CONT])[None]
     at_x = keras.ops.convert_to_numpy(rest(emb(seq)))
-    at_zero = keras.ops.convert_to_numpy(rest(np.zeros((1, seq.shape[1], 8), "float32")))
+    at_zero = keras.ops.convert_to_numpy(rest(keras.ops.zeros((1, seq.shape[1], 8))))
     for j, c in enumerate(CONT):
         p = len(PROMPT) - 1 + j
         gap = float(log_prob(at_x, p, c)[0]) - float(log_prob(at_zero, p, c)[0])

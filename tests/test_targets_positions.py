@@ -37,7 +37,12 @@ def seg():
     return segmenter(), x
 
 
+COALITIONS = ("feature_ablation", "shapley_exact", "shapley_sampling", "kernel_shap", "lime")
+
+
 def _params(name: str) -> dict:
+    if name in COALITIONS:  # 4 features (2 x 2 cells): 16 coalitions, not the default grid's 65536
+        return {"mask": np.kron(np.arange(4).reshape(2, 2), np.ones((4, 4), int))}
     return {"layer": "c"} if "cam" in name else {}
 
 

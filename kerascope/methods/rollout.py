@@ -8,10 +8,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from kerascope.core.attention import attention_maps, rollout
+from kerascope.core.attention import attention_layers, attention_maps, rollout
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
-from kerascope.methods.base import Method
+from kerascope.methods.base import Method, UnsupportedModelError
 from kerascope.methods.registry import register
 from kerascope.numeric.resize import upsample as resize
 
@@ -69,6 +69,10 @@ class AttentionRollout(Method):
         self.upsample = bool(upsample)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        try:
+            attention_layers(self.model, self.layers)
+        except ValueError as error:  # no attention to roll out: this method does not apply to the model
+            raise UnsupportedModelError(f"{error} Use a method that does not read attention maps.") from None
         maps = attention_maps(self.model, inputs, self.layers, self.batch_size)
         square = {a.shape[-1] for a in maps.values()}
         if len(square) != 1 or any(a.shape[-1] != a.shape[-2] for a in maps.values()):

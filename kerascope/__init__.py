@@ -36,6 +36,11 @@ _LAZY: dict[str, str] = {
     "find_layer": "kerascope.core.layers",
     "layers": "kerascope.core.layers",
     "explain": "kerascope.api",
+    "explain_generation": "kerascope.language.generation",
+    "attention_maps": "kerascope.core.attention",
+    "GenerationExplanation": "kerascope.language.generation",
+    "explain_tokens": "kerascope.language.tokens",
+    "TokenExplanation": "kerascope.language.tokens",
     "load_model": "kerascope.io.models",
     "rebuild_report": "kerascope.report.rebuild",
     "FeatureVisualization": "kerascope.features.visualize",
@@ -49,7 +54,7 @@ _LAZY: dict[str, str] = {
     "plot_tokens": "kerascope.viz.plots",
     **{entry.class_name: entry.module for entry in _METHODS},
 }
-_SUBMODULES = ("batch", "callbacks", "evaluation", "methods", "metrics")
+_SUBMODULES = ("batch", "callbacks", "evaluation", "methods", "metrics", "targets")
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "__version__"])
 
@@ -70,10 +75,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
-    from kerascope import batch, callbacks, evaluation, methods, metrics  # noqa: F401
+    from kerascope import batch, callbacks, evaluation, methods, metrics, targets  # noqa: F401
     from kerascope.api import explain  # noqa: F401
     from kerascope.concepts.craft import CRAFT  # noqa: F401
     from kerascope.concepts.tcav import TCAV, TCAVResult  # noqa: F401
+    from kerascope.core.attention import attention_maps  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401
     from kerascope.core.layers import find_layer, layers  # noqa: F401
@@ -86,6 +92,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     )
     from kerascope.features.visualize import FeatureVisualization, visualize_features  # noqa: F401
     from kerascope.io.models import load_model  # noqa: F401
+    from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
+    from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403
     from kerascope.report.rebuild import rebuild_report  # noqa: F401
     from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular, plot_tokens  # noqa: F401

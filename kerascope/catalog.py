@@ -29,6 +29,8 @@ class Entry(NamedTuple):
 METHODS: tuple[Entry, ...] = (
     Entry("ablationcam", "AblationCAM", "kerascope.methods.cam_perturbation",
           "Channels weighted by the relative score drop when each is zeroed (Desai & Ramaswamy 2020)."),
+    Entry("attention_rollout", "AttentionRollout", "kerascope.methods.rollout",
+          "Attention maps multiplied from the first layer to the last (Abnar & Zuidema 2020)."),
     Entry("blur_ig", "BlurIG", "kerascope.methods.guided_paths",
           "Integrated Gradients along a path of successively blurred inputs (Xu et al. 2020)."),
     Entry("deconvnet", "Deconvnet", "kerascope.methods.deeplift",

@@ -37,6 +37,10 @@ step "install kerascope and test dependencies"
 # module imports tensorflow_probability, which needs tf-keras of the same TensorFlow version.
 "$PY" -m pip install -q --no-deps "grad-cam==1.5.7" "xplique==2.0.2"
 "$PY" -m pip install -q "tensorflow-probability==0.25.0" "tf-keras==$("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
+# KerasHub (language models and transformers, tests/test_language*.py): --no-deps keeps keras / tensorflow as they
+# are (its tensorflow-text pin is not needed for the tiny in-memory tokenizers the tests build).
+"$PY" -m pip install -q --no-deps "keras-hub==0.32.*"
+"$PY" -m pip install -q tokenizers sentencepiece absl-py rich regex kagglehub
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then
@@ -63,15 +67,18 @@ quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durat
 # (test_core, test_cam_family, the seed cases, callbacks, performance contract) run on TensorFlow only;
 # tests/test_backend_parity.py (above) compares all three backends on identical weights. test_model_kinds runs a
 # light part of every model kind here (the rest under -m slow: JAX compiles every method for every model).
-# The other issue-14 files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
+# The layer-attribution, CLI-model, plot and BN-folding files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
 # JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...). So does
 # tests/test_conductance.py (one compiled function per path length and gated unit: ~1 min of JAX compilation).
+# The language-model files (targets with positions, attention, generation) likewise: PyTorch here; on JAX they
+# pass too (KERAS_BACKEND=jax python -m pytest tests/test_language.py ...; GPT-2 / BERT / Gemma cases under -m slow).
 for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
   if [ "$backend" = torch ]; then
     extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
-           tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py)
+           tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py
+           tests/test_targets_positions.py tests/test_attention.py tests/test_language.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

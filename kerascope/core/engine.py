@@ -49,6 +49,7 @@ from kerascope.core.output_space import (
     saturation_message,
     softmax_outputs,
 )
+from kerascope.core.positions import TargetError, check_no_positions
 from kerascope.core.precision import (
     UNIT_ROUNDOFF,
     check_precision,
@@ -511,7 +512,7 @@ class Engine:
         indices, target_fn = targets_lib.encode(targets, prepared.num_samples)
         self._detect_softmax(prepared)
         if target_fn is None:
-            self._check_target_range(prepared, indices)
+            self._check_target_range(prepared, indices, targets)
         else:
             self._check_callable(prepared, target_fn)
         return prepared, indices, target_fn
@@ -531,6 +532,8 @@ class Engine:
                 outputs = self.call_model(inputs.model_arg(rows), stack, self.space.bypass())
                 try:
                     values = target_fn(outputs)
+                except TargetError:
+                    raise
                 except Exception as error:
                     raise TypeError(
                         f"The callable target raised {type(error).__name__}: {error}. Received: "
@@ -1253,7 +1256,7 @@ class Engine:
         _check_finite(result)
         return result
 
-    def _check_target_range(self, inputs: Inputs, indices: np.ndarray) -> None:
+    def _check_target_range(self, inputs: Inputs, indices: np.ndarray, targets: Any = None) -> None:
         key = ("output_shape", inputs.signature)
         if key not in self._compiled:  # symbolic shape inference once per input signature
             try:
@@ -1274,6 +1277,8 @@ class Engine:
             # choosing the output here, eagerly, raises kerascope's own message (not wrapped in a trace)
             self._compiled[key] = None if out is None else tuple(self.select(out).shape)
         shape = self._compiled[key]
+        if shape is not None:
+            check_no_positions(shape, targets)
         if shape is not None and len(shape) >= 2 and all(d is not None for d in shape[1:]):
             targets_lib.check_range(indices, int(np.prod(shape[1:])))
 

@@ -156,6 +156,9 @@ def callable_key(fn: Callable) -> Any:
         >>> callable_key(make(1)) == callable_key(make(1)), callable_key(make(1)) == callable_key(make(2))
         (True, False)
     """
+    key = getattr(fn, "cache_key", None)
+    if callable(key) and not isinstance(fn, type):  # kerascope's own targets (ks.targets.position, region)
+        return ("keyed", type(fn), key())
     if isinstance(fn, types.FunctionType):
         cells = []
         for cell in fn.__closure__ or ():

@@ -1,0 +1,1 @@
+"""Language models and transformers: token attributions and generated-text attribution."""

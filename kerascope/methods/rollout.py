@@ -1,0 +1,102 @@
+"""Attention rollout (Abnar & Zuidema 2020): how much each input token reaches the output through attention."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import numpy as np
+
+from kerascope.core.attention import attention_layers, attention_maps, rollout
+from kerascope.core.explanation import Explanation
+from kerascope.core.inputs import Inputs
+from kerascope.methods.base import Method, UnsupportedModelError
+from kerascope.methods.registry import register
+from kerascope.numeric.resize import upsample as resize
+
+
+@register
+class AttentionRollout(Method):
+    """Attention rollout: the attention maps multiplied from the first layer to the last.
+
+    Per layer the heads are averaged, the residual connection is added as
+    ``0.5 A + 0.5 I`` and the rows are renormalised; the product
+    ``R = A_L ... A_1`` says how much each token's information reaches each
+    position at the last layer (Abnar & Zuidema 2020). The map is the class
+    token's row over the other tokens (``class_token=True``, default for a model
+    whose token count is a square grid plus one, as a ViT's), else the mean of
+    ``R`` over the output positions. On a ViT the patch tokens are placed on
+    their grid and, unless ``upsample=False``, resized to the image size
+    ``(N, H, W)``; otherwise the map is per token ``(N, T)``. The map is the
+    same for every class (``targets`` only fill ``scores``); it reads the
+    attention probabilities of every ``keras.layers.MultiHeadAttention`` (or
+    KerasHub attention layer) in forward order, or of ``layers=``.
+
+    Cost: one forward pass with the explicit attention path (no gradient).
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> x = keras.Input((5, 4))
+        >>> h = keras.layers.MultiHeadAttention(2, 2, name="a1")(x, x)
+        >>> h = keras.layers.MultiHeadAttention(2, 2, name="a2")(h, h)
+        >>> m = keras.Model(x, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+        >>> e = ks.AttentionRollout(m, class_token=False).explain(np.random.rand(2, 5, 4), 0)
+        >>> e.attributions.shape, bool(np.allclose(e.attributions.sum(-1), 1.0))
+        ((2, 5), True)
+    """
+
+    name = "attention_rollout"
+    description = "Attention maps multiplied from the first layer to the last (Abnar & Zuidema 2020)."
+    aliases = ("rollout", "attentionrollout")
+
+    def __init__(
+        self,
+        model: keras.Layer,
+        *,
+        layers: Any = None,
+        class_token: bool | None = None,
+        residual: float = 0.5,
+        upsample: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, **kwargs)
+        if not 0.0 <= float(residual) <= 1.0:
+            raise ValueError(f"`residual` must be in [0, 1] (the identity's weight). Received: residual={residual!r}.")
+        self.layers = layers
+        self.class_token = class_token
+        self.residual = float(residual)
+        self.upsample = bool(upsample)
+
+    def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
+        try:
+            attention_layers(self.model, self.layers)
+        except ValueError as error:  # no attention to roll out: this method does not apply to the model
+            raise UnsupportedModelError(f"{error} Use a method that does not read attention maps.") from None
+        maps = attention_maps(self.model, inputs, self.layers, self.batch_size)
+        square = {a.shape[-1] for a in maps.values()}
+        if len(square) != 1 or any(a.shape[-1] != a.shape[-2] for a in maps.values()):
+            raise ValueError(
+                "Attention rollout multiplies self-attention maps of one sequence length. Received: maps of "
+                f"shapes { {k: v.shape for k, v in maps.items()} }. Pass `layers=` with the self-attention layers."
+            )
+        tokens = square.pop()
+        r = rollout(list(maps.values()), self.residual)
+        grid = math.isqrt(tokens - 1) if tokens > 1 else 0
+        with_class = self.class_token if self.class_token is not None else grid * grid == tokens - 1 and grid > 1
+        attributions = r[:, 0, 1:] if with_class else r.mean(axis=1)
+        image = _image_shape(inputs)
+        if with_class and grid * grid == tokens - 1 and image is not None:
+            attributions = attributions.reshape(-1, grid, grid)
+            if self.upsample:
+                attributions = resize(attributions, image)
+        scores, resolved = (None, None)
+        if self.scores:
+            scores, resolved = self.engine.scores(inputs, targets, self.batch_size)
+        return self._result(inputs, [attributions.astype(np.float32)], scores, resolved,
+                            layers=np.asarray(list(maps)))
+
+
+def _image_shape(inputs: Inputs) -> tuple[int, int] | None:
+    first = inputs.arrays[0]
+    return tuple(first.shape[1:3]) if first.ndim == 4 else None

@@ -21,6 +21,9 @@ quiet() {
 }
 
 step "install kerascope and test dependencies"
+# The reference libraries installed with --no-deps below declare pins that kerascope's environment does not
+# meet (Xplique: TensorFlow <= 2.20; KerasHub: tensorflow-text); the tests use only the parts that work with
+# it, so pip's conflict report is switched off for those lines (--no-warn-conflicts).
 # torch==2.13.0 resolves to a CPU build on these machines; a bare `torch` would pull a multi-GB CUDA build.
 "$PY" -m pip install -q -e ".[tensorflow,test,ray]" "torch==2.13.0" "captum" "jax[cpu]"
 # zennit (LRP reference, tests/test_lrp_zennit.py): --no-deps keeps torch 2.13; its torchvision helpers are
@@ -29,18 +32,19 @@ step "install kerascope and test dependencies"
 # quantus (reference for the metric families, tests/test_quantus_crosscheck.py): --no-deps, because its own
 # requirements would not change anything here but its [tensorflow] extra pins Keras 2; the light packages it
 # imports (cachetools, opencv-python-headless, scikit-learn, scikit-image) come with the test extra. ~2 s.
-"$PY" -m pip install -q --no-deps "quantus==0.6.0"
+"$PY" -m pip install -q --no-warn-conflicts --no-deps "quantus==0.6.0"
 # pytorch-grad-cam (tests/test_cam_library_variants.py) and Xplique (tests/test_sensitivity.py), the references of
 # the CAM variants / FullGrad and of Sobol / HSIC: --no-deps keeps torch 2.13 (no torchvision; the CAM test
 # stands in an empty torchvision module for the helpers it never calls) and Keras / TensorFlow as they are;
 # their light imports (ttach, opencv-python-headless, deprecated, einops) are in the `test` extra. Xplique's HSIC
 # module imports tensorflow_probability, which needs tf-keras of the same TensorFlow version.
-"$PY" -m pip install -q --no-deps "grad-cam==1.5.7" "xplique==2.0.2"
-"$PY" -m pip install -q "tensorflow-probability==0.25.0" "tf-keras==$("$PY" -c 'import tensorflow as tf; print(tf.__version__)')"
+"$PY" -m pip install -q --no-warn-conflicts --no-deps "grad-cam==1.5.7" "xplique==2.0.2"
+"$PY" -m pip install -q --no-warn-conflicts "tensorflow-probability==0.25.0" \
+  "tf-keras==$("$PY" -c 'from importlib.metadata import version; print(version("tensorflow"))')"
 # KerasHub (language models and transformers, tests/test_language*.py): --no-deps keeps keras / tensorflow as they
 # are (its tensorflow-text pin is not needed for the tiny in-memory tokenizers the tests build).
-"$PY" -m pip install -q --no-deps "keras-hub==0.32.*"
-"$PY" -m pip install -q tokenizers sentencepiece absl-py rich regex kagglehub
+"$PY" -m pip install -q --no-warn-conflicts --no-deps "keras-hub==0.32.*"
+"$PY" -m pip install -q --no-warn-conflicts tokenizers sentencepiece absl-py rich regex kagglehub
 
 step "install headless Chromium for the HTML report test (Debian package)"
 if ! command -v chromium >/dev/null 2>&1; then

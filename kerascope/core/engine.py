@@ -10,6 +10,7 @@ compiles it with its own autodiff.
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -1071,7 +1072,7 @@ class Engine:
         replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
         positions: Sequence[int | None] = (),
         counts: Sequence[int] = (),
-        reduce_slot: list[Callable[..., Any] | None] | None = None,
+        reduce_slot: _ThreadSlot | None = None,
     ) -> Callable:
         replace = len(replace_specs)
         bypass = self.space.bypass()
@@ -1211,7 +1212,7 @@ class Engine:
         )
         entry = self._compiled.get(key)
         if entry is None:
-            slot: list[Callable[..., Any] | None] | None = None if reduce is None else [None]
+            slot: _ThreadSlot | None = None if reduce is None else _ThreadSlot()
             with self.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
                 fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs,
                                  positions, counts, slot)
@@ -1426,6 +1427,18 @@ def _concrete(values: Sequence[Any]) -> list[Any]:
         except Exception:  # noqa: BLE001 (any backend's "symbolic tensor" error)
             continue
     return kept
+
+
+class _ThreadSlot(threading.local):
+    """``slot[0]``: a value set for one call of a shared compiled function, seen by the calling thread only."""
+
+    value: Any = None
+
+    def __getitem__(self, index: int) -> Any:
+        return self.value
+
+    def __setitem__(self, index: int, value: Any) -> None:
+        self.value = value
 
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:

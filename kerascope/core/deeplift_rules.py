@@ -571,7 +571,7 @@ def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
     return positions
 
 
-def _operations(model: keras.Layer) -> Iterator[tuple[str, Any]]:
+def operation_paths(model: keras.Layer) -> Iterator[tuple[str, Any]]:
     """``(path, op)`` for the raw ``keras.ops`` operations (not layers) of every Functional graph in ``model``."""
     containers = [("", model)] + [(p + "/", layer) for p, layer in iter_layers(model)]
     for prefix, container in containers:
@@ -641,7 +641,7 @@ def classify(model: keras.Layer, bypassed: list[str]) -> tuple[list[tuple[str, A
             sites.append((path, layer, "activation"))
         else:
             problems.append(f"{path!r} ({kind} with activation {act!r})")
-    for path, op in _operations(model):
+    for path, op in operation_paths(model):
         kind = type(op).__name__
         if kind in ELEMENTWISE_OPS:
             sites.append((path, op, "elementwise"))

@@ -26,9 +26,10 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.conv_backward import cheaper_backward, conv_ops
-from kerascope.core.deeplift_rules import deeplift_rules
+from kerascope.core.deeplift_rules import deeplift_rules, operation_paths
 from kerascope.core.graph_reading import (
     call_count,
+    feeding,
     graph_of,
     output_probabilities,
     output_softmax,
@@ -608,7 +609,7 @@ class Engine:
                 with contextlib.ExitStack() as stack:
                     rec = stack.enter_context(probe(layers))
                     self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-                counts = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
+                counts = tuple(len(_concrete(rec.outputs.get(id(layer), ()))) for layer in layers)
             return tuple(self._choose(layer, n) for layer, n in zip(layers, counts, strict=True)), counts
 
         return self.memo(("call_positions", ids, inputs.signature), count)
@@ -721,7 +722,8 @@ class Engine:
             elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it
                 self._settle_probabilities(explained)
             if layers:
-                self._compiled[counted] = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
+                # (concrete calls only: an unbuilt subclassed model's first call also makes a symbolic build call)
+                self._compiled[counted] = tuple(len(_concrete(rec.outputs.get(id(layer), ()))) for layer in layers)
             return True
 
         self.memo(key, call)
@@ -937,6 +939,31 @@ class Engine:
             []
         """
         return [self.path_of(layer) for layer in self.space.softmax_layers or []]
+
+    def feeds_explained(self) -> Callable[[str], bool]:
+        """``feeds(path)``: whether the layer / op at ``path`` can reach the explained output (``True`` if unknown).
+
+        Read from a functional model's graph: another output's head (a softmax on the policy
+        head while ``output_index="value"``) does not matter to the explanation.
+
+        Example:
+            >>> import keras
+            >>> x = keras.Input((3,))
+            >>> m = keras.Model(x, {"p": keras.layers.Dense(2, name="p")(x), "v": keras.layers.Dense(1, name="v")(x)})
+            >>> feeds = Engine(m, output_index="v").feeds_explained()
+            >>> feeds("v"), feeds("p")
+            (True, False)
+        """
+        graph = graph_of(self.model)
+        used = None
+        if graph is not None and self.output_layer is None:
+            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                used = feeding(self.select(graph._outputs_struct))
+        if used is None:
+            return lambda path: True
+        known = {path: id(op) for path, op in iter_layers(self.model)}
+        known.update((path, id(op)) for path, op in operation_paths(self.model))
+        return lambda path: path not in known or known[path] in used
 
     # ------------------------------------------------------------------- core
     def _call_model(

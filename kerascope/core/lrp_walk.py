@@ -43,7 +43,7 @@ import keras
 import numpy as np
 
 from kerascope import _backend
-from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, _operations
+from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, operation_paths
 from kerascope.core.layers import iter_layers
 from kerascope.core.lrp_rules import Rule, ZBox, stabilize
 from kerascope.core.probe import attribute, own_patch, patched_attribute
@@ -172,7 +172,7 @@ def classify(model: keras.Layer, bypassed: list[str]) -> Sites:
         elif not isinstance(layer, gradient):
             sites.problems.append(f"{path!r} ({kind})")
             refused.append(path)
-    for path, op in _operations(model):
+    for path, op in operation_paths(model):
         kind = type(op).__name__
         if kind in ACTIVATION_OPS:
             sites.activation.append((path, op))

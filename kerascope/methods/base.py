@@ -109,6 +109,17 @@ class UnsupportedModelError(ValueError):
     """
 
 
+
+def problem_path(problem: str) -> str:
+    """The layer / op path a support problem names (``"'dense_1' (Dense with ...)"`` -> ``"dense_1"``).
+
+    Example:
+        >>> problem_path("'head/p' (Dense with activation 'softmax')")
+        'head/p'
+    """
+    return problem[1:].split("'", 1)[0] if problem.startswith("'") else problem
+
+
 def _float16_layers(model: keras.Layer) -> str:
     """``"['c1' (mixed_float16), ...]"``: the layers of ``model`` that compute in float16 (the first five)."""
     found = [f"{path!r} ({getattr(getattr(layer, 'dtype_policy', None), 'name', '?')})"

@@ -447,7 +447,7 @@ class DeepLIFT(Method):
     def _check_model(self) -> None:
         # refuse before running anything; a softmax is only known to be final (bypassed) after a pass
         softmaxes = [self.engine.path_of(layer) for layer in softmax_candidates(self.model)]
-        check_deeplift_support(self.model, softmaxes)
+        check_deeplift_support(self.model, softmaxes, self.engine.feeds_explained())
 
     def _prepare(self, inputs: Inputs, targets: Any) -> list[int]:
         """Check the model (also as a noise wrapper's base) and the targets; the attributed inputs."""

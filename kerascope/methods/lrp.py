@@ -245,7 +245,7 @@ class LRP(Method):
         ]
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = (total / start.astype(np.float64)).astype(np.float32)
+            ratio = (total / (scores if seeded else start).astype(np.float64)).astype(np.float32)
         return self._input_result(
             inputs, wrt, attributions, scores, result.targets, relevance_sum=total.astype(np.float32),
             conservation=ratio,

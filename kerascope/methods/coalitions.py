@@ -4,8 +4,10 @@ Every method scores the model on coalitions of features (see
 :mod:`kerascope.methods.feature_masks`): ``v(z)`` is the target score of the
 input whose features with ``z_j = 0`` are replaced by the baseline. All
 coalitions of all samples are rows of compiled forward passes in chunks of
-``batch_size``; random draws come from ``numpy.random.default_rng(seed)``, one
-sample after the other, so results do not depend on ``batch_size``.
+``batch_size``; each sample's random draws come from its own
+``numpy.random.default_rng(seed)``, so a sample's result depends neither on
+``batch_size`` nor on the other samples of the call (alone or at any position
+of a batch, the same map).
 
 Conventions (as Captum): attributions have each perturbed input's shape and
 every element carries the value of its feature; the per-feature values are in
@@ -289,10 +291,11 @@ class ShapleySampling(FeatureMaskMethod):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
-        rng = np.random.default_rng(self.seed)
+        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
         width = int(plan.features.max())
         blocks, owners, orders = [], [], []
         for i, k in enumerate(plan.features):
+            rng = _sample_draws(self.seed, draws)
             order = np.argsort(rng.random((self.samples, k)), axis=1)
             orders.append(order)
             # rows: v(none), v(all), then the prefixes of length 1 .. k-1 of every order
@@ -321,6 +324,12 @@ class ShapleySampling(FeatureMaskMethod):
             phi.append(total / self.samples)
             base.append(rows[0])
         return self._finish(inputs, plan, phi, scores, resolved, base_scores=np.asarray(base, np.float32))
+
+
+def _sample_draws(seed: int | None, draws: np.random.Generator) -> np.random.Generator:
+    """The generator of one sample's draws: from ``seed`` alone, so a sample's explanation does not depend on
+    the other samples of its call or its position among them (``seed=None``: the call's fresh generator)."""
+    return draws if seed is None else np.random.default_rng(seed)
 
 
 def _kernel_design(k: int, samples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -426,10 +435,11 @@ class KernelSHAP(FeatureMaskMethod):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
-        rng = np.random.default_rng(self.seed)
+        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
         width = int(plan.features.max())
         blocks, owners, designs = [], [], []
         for i, k in enumerate(plan.features):
+            rng = _sample_draws(self.seed, draws)
             count = self.samples if self.samples is not None else 2 * int(k) + 2048
             z, w = _kernel_design(int(k), count, rng)
             designs.append((z, w))
@@ -543,10 +553,11 @@ class LIME(FeatureMaskMethod):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
-        rng = np.random.default_rng(self.seed)
+        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
         width = int(plan.features.max())
         blocks, owners, designs = [], [], []
         for i, k in enumerate(plan.features):
+            rng = _sample_draws(self.seed, draws)
             z = rng.integers(0, 2, size=(self.samples, k)).astype(bool)
             z[0] = True
             designs.append(z)

@@ -44,11 +44,15 @@ markers="not slow"
 # light part of every model kind here (the rest under -m slow: JAX compiles every method for every model).
 # The other issue-14 files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
 # JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...).
+# So do the thread-isolation, callable-target / other-head, batch-invariance and channels_first files
+# (15-20 s each on PyTorch, 50-140 s on JAX; channels_first convolutions do not run on TensorFlow's CPU).
 for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
   if [ "$backend" = torch ]; then
-    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py)
+    extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
+           tests/test_thread_isolation.py tests/test_targets_and_heads.py tests/test_batch_invariance.py
+           tests/test_channels_first.py)
   fi
   KERAS_BACKEND=$backend "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
     "GradientSHAP": "kerascope.methods.integrated",
     "Engine": "kerascope.core.engine",
     "Explanation": "kerascope.core.explanation",
+    "ExplanationWarning": "kerascope.core.diagnostics",
     "LayerGradient": "kerascope.core.primitives",
     "input_gradients": "kerascope.core.primitives",
     "layer_gradients": "kerascope.core.primitives",
@@ -67,6 +68,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope import batch, callbacks, evaluation, methods, metrics  # noqa: F401
     from kerascope.api import explain  # noqa: F401
+    from kerascope.core.diagnostics import ExplanationWarning  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401
     from kerascope.core.layers import find_layer, layers  # noqa: F401

@@ -81,3 +81,32 @@ def test_no_warning_for_an_ordinary_map():
         _, seen = _caught(lambda m=method: ks.explain(model, x, method=m, targets=0, **(
             {"steps": 64} if m == "integrated_gradients" else {})))
         assert not seen, [str(w.message) for w in seen]
+
+
+class SoftmaxInside(keras.Model):
+    """A softmax written in call(): nothing to bypass, so saturation is warned about."""
+
+    def __init__(self) -> None:
+        super().__init__(name="softmax_inside")
+        self.conv = keras.layers.Conv2D(2, 3, padding="same", name="conv")
+        self.pool = keras.layers.GlobalAveragePooling2D()
+        self.head = keras.layers.Dense(2)
+
+    def call(self, x):
+        return keras.ops.softmax(self.head(self.pool(self.conv(x))))
+
+
+@pytest.mark.parametrize("method,params", [("gradcam", {"layer": "conv"}), ("saliency", {})])
+def test_the_saturation_warning_names_the_users_samples(method, params):
+    keras.utils.set_random_seed(5)
+    model = SoftmaxInside()
+    x = np.zeros((4, 6, 6, 1), "float32")
+    x[2:] = 1.0  # samples 2 and 3 saturate, 0 and 1 give 0.5 / 0.5
+    model(x)
+    model.head.set_weights([np.array([[400.0, -400.0], [400.0, -400.0]], "float32"), np.zeros(2, "float32")])
+    model.conv.set_weights([np.ones((3, 3, 1, 2), "float32"), np.zeros(2, "float32")])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ks.explain(model, x, method=method, targets=0, batch_size=2, **params)
+    messages = [str(w.message) for w in seen if "saturated probabilities" in str(w.message)]
+    assert messages and all("samples [2, 3]" in m for m in messages), messages

@@ -883,7 +883,8 @@ class Engine:
                 self._settle_probabilities()  # the warning depends on it: one eager call on the first sample
         bad = self.space.saturated(scores, input_grads)
         if len(bad):
-            message = saturation_message(self.model.name, scores, bad, self._logits_layer(inputs))
+            message = saturation_message(self.model.name, scores, bad, self._logits_layer(inputs),
+                                         getattr(inputs, "first_index", 0))
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _logits_layer(self, inputs: Inputs) -> str | None:

@@ -609,7 +609,7 @@ class Engine:
                 with contextlib.ExitStack() as stack:
                     rec = stack.enter_context(probe(layers))
                     self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-                counts = tuple(len(_concrete(rec.outputs.get(id(layer), ()))) for layer in layers)
+                counts = tuple(_concrete_calls(rec.outputs.get(id(layer), ())) for layer in layers)
             return tuple(self._choose(layer, n) for layer, n in zip(layers, counts, strict=True)), counts
 
         return self.memo(("call_positions", ids, inputs.signature), count)
@@ -723,7 +723,7 @@ class Engine:
                 self._settle_probabilities(explained)
             if layers:
                 # (concrete calls only: an unbuilt subclassed model's first call also makes a symbolic build call)
-                self._compiled[counted] = tuple(len(_concrete(rec.outputs.get(id(layer), ()))) for layer in layers)
+                self._compiled[counted] = tuple(_concrete_calls(rec.outputs.get(id(layer), ())) for layer in layers)
             return True
 
         self.memo(key, call)
@@ -1443,6 +1443,21 @@ def _check_differentiable(inputs: Inputs, wrt: Sequence[int]) -> None:
 def _target_key(target_fn: Callable | None) -> Any:
     """Cache-key part of a target: equivalent callables (a new lambda per call) share one compiled function."""
     return None if target_fn is None else targets_lib.callable_key(target_fn)
+
+
+def _concrete_calls(values: Sequence[Any]) -> int:
+    """How many recorded calls hold numbers (a structured output, e.g. an RNN cell's, by its first tensor):
+    an unbuilt subclassed model's first call also makes a symbolic build call."""
+    count = 0
+    for value in values:
+        leaves = keras.tree.flatten(value)
+        try:
+            if leaves:
+                keras.ops.convert_to_numpy(leaves[0])
+        except Exception:  # noqa: BLE001 (any backend's "symbolic tensor" error)
+            continue
+        count += 1
+    return count
 
 
 def _concrete(values: Sequence[Any]) -> list[Any]:

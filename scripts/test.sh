@@ -60,6 +60,6 @@ for backend in jax torch; do
     tests/test_cam_models.py tests/test_lrp.py tests/test_tolerance.py tests/test_precision.py \
     tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_hardening.py tests/test_shared_layers.py \
     tests/test_fuzz.py --hypothesis-profile=ci-small \
-    tests/test_model_kinds.py tests/test_gradient_inputs.py ${extra[@]+"${extra[@]}"} \
+    tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_zero_maps.py ${extra[@]+"${extra[@]}"} \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

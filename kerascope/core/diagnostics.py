@@ -37,8 +37,8 @@ def _listed(indices: np.ndarray) -> str:
     return f"[{shown}{', ...' if len(indices) > 10 else ''}]"
 
 
-def _zero_reason(method: Any) -> str:
-    layer = getattr(method, "layer", None)
+def _zero_reason(method: Any, explanation: Any) -> str:
+    layer = getattr(explanation, "layer", None) or getattr(method, "layer", None)
     if getattr(method, "layer_data", None) is not None:  # a CAM: a map from one layer
         where = f"layer {layer!r}" if isinstance(layer, str) else "the CAM layer"
         return (
@@ -79,7 +79,7 @@ def check_explanation(explanation: Any, method: Any) -> None:
         if len(zero_rows):
             warnings.warn(
                 f"{name}: the map of sample(s) {_listed(zero_rows)} (of {len(zero)}) is identically zero: "
-                f"{_zero_reason(method)}. A zero map says nothing about which inputs matter.",
+                f"{_zero_reason(method, explanation)}. A zero map says nothing about which inputs matter.",
                 ExplanationWarning, stacklevel=3,
             )
     extras = getattr(explanation, "extras", None) or {}

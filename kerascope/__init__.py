@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
     "GradientSHAP": "kerascope.methods.integrated",
     "Engine": "kerascope.core.engine",
     "Explanation": "kerascope.core.explanation",
+    "ExplanationWarning": "kerascope.core.diagnostics",
     "LayerGradient": "kerascope.core.primitives",
     "input_gradients": "kerascope.core.primitives",
     "layer_gradients": "kerascope.core.primitives",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope.concepts.craft import CRAFT  # noqa: F401
     from kerascope.concepts.tcav import TCAV, TCAVResult  # noqa: F401
     from kerascope.core.attention import attention_maps  # noqa: F401
+    from kerascope.core.diagnostics import ExplanationWarning  # noqa: F401
     from kerascope.core.engine import Engine  # noqa: F401
     from kerascope.core.explanation import Explanation  # noqa: F401
     from kerascope.core.layers import find_layer, layers  # noqa: F401

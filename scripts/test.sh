@@ -76,13 +76,17 @@ quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durat
 # tests/test_conductance.py (one compiled function per path length and gated unit: ~1 min of JAX compilation).
 # The language-model files (targets with positions, attention, generation) likewise: PyTorch here; on JAX they
 # pass too (KERAS_BACKEND=jax python -m pytest tests/test_language.py ...; GPT-2 / BERT / Gemma cases under -m slow).
+# So do the thread-isolation, callable-target / other-head, batch-invariance and channels_first files
+# (15-20 s each on PyTorch, 50-140 s on JAX; channels_first convolutions do not run on TensorFlow's CPU).
 for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
   if [ "$backend" = torch ]; then
     extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
            tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py
-           tests/test_targets_positions.py tests/test_attention.py tests/test_language.py)
+           tests/test_targets_positions.py tests/test_attention.py tests/test_language.py
+           tests/test_thread_isolation.py tests/test_targets_and_heads.py tests/test_batch_invariance.py
+           tests/test_channels_first.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
@@ -91,7 +95,7 @@ for backend in jax torch; do
     tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_metrics_quantus.py tests/test_hardening.py tests/test_shared_layers.py \
     tests/test_fuzz.py --hypothesis-profile=ci-small \
     tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
-    tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py tests/test_clear_errors.py \
+    tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py tests/test_clear_errors.py tests/test_zero_maps.py \
     ${extra[@]+"${extra[@]}"} \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

@@ -134,7 +134,10 @@ def _kind(layer: keras.Layer) -> str | None:
     """``"stem"``, ``"pointwise"`` or ``None`` (TensorFlow's own gradient) for ``layer``."""
     if type(layer) is not keras.layers.Conv2D or layer.data_format != "channels_last":
         return None
-    if "convolution_op" in vars(layer):  # an op set on this object: its gradient is not the plain convolution's
+    own = vars(layer).get("convolution_op")
+    # an op set on this object: its gradient is not the plain convolution's (kerascope's own scoped patches,
+    # a dispatcher marked `_kerascope_slot`, leave other threads the plain op)
+    if own is not None and not hasattr(own, "_kerascope_slot"):
         return None
     if tuple(layer.dilation_rate) != (1, 1) or getattr(layer, "groups", 1) != 1 or layer.padding not in ("valid", "same"):
         return None

@@ -47,7 +47,7 @@ from kerascope.core.lrp_walk import (
     batchnorm_fold,
     is_linear_activation,
 )
-from kerascope.core.probe import patched_attribute
+from kerascope.core.probe import attribute, patched_attribute
 
 __all__ = ["FOLDABLE_LAYERS", "FOLD_BACKENDS", "FoldMismatch", "Pair", "fold_batchnorm", "foldable_pairs"]
 
@@ -121,7 +121,7 @@ def _plain(layer: Any, names: Sequence[str]) -> bool:
 def _affine_ok(layer: keras.Layer) -> bool:
     if not _plain(layer, FOLDABLE_LAYERS):
         return False
-    if not is_linear_activation(getattr(layer, "activation", None)):
+    if not is_linear_activation(attribute(layer, "activation")):
         return False
     return getattr(layer, "padding", None) != "causal" and getattr(layer, "groups", 1) == 1
 

@@ -38,7 +38,7 @@ import keras
 
 from kerascope import _backend
 from kerascope.core.layers import iter_layers
-from kerascope.core.probe import patched_attribute
+from kerascope.core.probe import attribute, patched_attribute
 
 EPS = 1e-10
 
@@ -496,7 +496,7 @@ def fusable(obj: Any, kind: str) -> tuple[Hashable, Callable[[Any], Any], bool] 
         (True, None)
     """
     if kind == "activation":
-        fn = obj.activation
+        fn = attribute(obj, "activation")
         name = getattr(fn, "__name__", "")
         if name in ELEMENTWISE_ACTIVATIONS and getattr(keras.activations, name, _UNSET) is fn:
             return ("activation", name), fn, name in ("relu", "relu6")
@@ -571,7 +571,7 @@ def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
     return positions
 
 
-def _operations(model: keras.Layer) -> Iterator[tuple[str, Any]]:
+def operation_paths(model: keras.Layer) -> Iterator[tuple[str, Any]]:
     """``(path, op)`` for the raw ``keras.ops`` operations (not layers) of every Functional graph in ``model``."""
     containers = [("", model)] + [(p + "/", layer) for p, layer in iter_layers(model)]
     for prefix, container in containers:
@@ -631,7 +631,7 @@ def classify(model: keras.Layer, bypassed: list[str]) -> tuple[list[tuple[str, A
             problems.append(f"{path!r} ({kind})")
             refused.append(path)
             continue
-        activation = getattr(layer, "activation", None)
+        activation = attribute(layer, "activation")
         if activation is None:
             continue
         act = _name(activation)
@@ -641,7 +641,7 @@ def classify(model: keras.Layer, bypassed: list[str]) -> tuple[list[tuple[str, A
             sites.append((path, layer, "activation"))
         else:
             problems.append(f"{path!r} ({kind} with activation {act!r})")
-    for path, op in _operations(model):
+    for path, op in operation_paths(model):
         kind = type(op).__name__
         if kind in ELEMENTWISE_OPS:
             sites.append((path, op, "elementwise"))
@@ -695,7 +695,7 @@ def deeplift_rules(
         >>> from kerascope import _backend
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="tanh", name="h")])
         >>> with deeplift_rules(m, _backend.get()) as n:
-        ...     n, m.get_layer("h").activation.__name__
+        ...     n, attribute(m.get_layer("h"), "activation").__name__
         (1, 'deeplift_tanh')
         >>> m.get_layer("h").activation.__name__
         'tanh'
@@ -704,7 +704,7 @@ def deeplift_rules(
     with contextlib.ExitStack() as stack:
         for _, obj, kind in sites:
             if kind == "activation":
-                rescaled = _rescaled(obj.activation, backend, shared, _fuse_key(obj, kind, shared, fuse))
+                rescaled = _rescaled(attribute(obj, "activation"), backend, shared, _fuse_key(obj, kind, shared, fuse))
                 stack.enter_context(patched_attribute(obj, "activation", rescaled))
                 continue
             stack.enter_context(patched_attribute(obj, "call", _rule_call(obj, kind, backend, shared, fuse)))
@@ -713,7 +713,7 @@ def deeplift_rules(
 
 def _rule_call(obj: Any, kind: str, backend: Any, shared: bool | Shared, fuse: bool = False) -> Callable[..., Any]:
     """The ``call`` that replaces a layer's / op's for the block (``kind``: a :func:`classify` kind)."""
-    original = obj.call
+    original = attribute(obj, "call")
     if kind == "product":
         if isinstance(obj, keras.Layer):
             def layer_product(inputs: Any, *args: Any, **kwargs: Any) -> Any:

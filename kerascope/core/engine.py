@@ -10,6 +10,7 @@ compiles it with its own autodiff.
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -25,9 +26,10 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
 from kerascope.core.conv_backward import cheaper_backward, conv_ops
-from kerascope.core.deeplift_rules import deeplift_rules
+from kerascope.core.deeplift_rules import deeplift_rules, operation_paths
 from kerascope.core.graph_reading import (
     call_count,
+    feeding,
     graph_of,
     output_probabilities,
     output_softmax,
@@ -628,7 +630,7 @@ class Engine:
                 with contextlib.ExitStack() as stack:
                     rec = stack.enter_context(probe(layers))
                     self.call_model(inputs.model_arg([a[:1] for a in inputs.arrays]), stack)
-                counts = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
+                counts = tuple(_concrete_calls(rec.outputs.get(id(layer), ())) for layer in layers)
             return tuple(self._choose(layer, n) for layer, n in zip(layers, counts, strict=True)), counts
 
         return self.memo(("call_positions", ids, inputs.signature), count)
@@ -741,7 +743,8 @@ class Engine:
             elif self.space.probabilities_pending:  # read from the graph for other inputs: these values settle it
                 self._settle_probabilities(explained)
             if layers:
-                self._compiled[counted] = tuple(len(rec.outputs.get(id(layer), ())) for layer in layers)
+                # (concrete calls only: an unbuilt subclassed model's first call also makes a symbolic build call)
+                self._compiled[counted] = tuple(_concrete_calls(rec.outputs.get(id(layer), ())) for layer in layers)
             return True
 
         self.memo(key, call)
@@ -901,7 +904,8 @@ class Engine:
                 self._settle_probabilities()  # the warning depends on it: one eager call on the first sample
         bad = self.space.saturated(scores, input_grads)
         if len(bad):
-            message = saturation_message(self.model.name, scores, bad, self._logits_layer(inputs))
+            message = saturation_message(self.model.name, scores, bad, self._logits_layer(inputs),
+                                         getattr(inputs, "first_index", 0))
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _logits_layer(self, inputs: Inputs) -> str | None:
@@ -957,6 +961,31 @@ class Engine:
             []
         """
         return [self.path_of(layer) for layer in self.space.softmax_layers or []]
+
+    def feeds_explained(self) -> Callable[[str], bool]:
+        """``feeds(path)``: whether the layer / op at ``path`` can reach the explained output (``True`` if unknown).
+
+        Read from a functional model's graph: another output's head (a softmax on the policy
+        head while ``output_index="value"``) does not matter to the explanation.
+
+        Example:
+            >>> import keras
+            >>> x = keras.Input((3,))
+            >>> m = keras.Model(x, {"p": keras.layers.Dense(2, name="p")(x), "v": keras.layers.Dense(1, name="v")(x)})
+            >>> feeds = Engine(m, output_index="v").feeds_explained()
+            >>> feeds("v"), feeds("p")
+            (True, False)
+        """
+        graph = graph_of(self.model)
+        used = None
+        if graph is not None and self.output_layer is None:
+            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                used = feeding(self.select(graph._outputs_struct))
+        if used is None:
+            return lambda path: True
+        known = {path: id(op) for path, op in iter_layers(self.model)}
+        known.update((path, id(op)) for path, op in operation_paths(self.model))
+        return lambda path: path not in known or known[path] in used
 
     # ------------------------------------------------------------------- core
     def _call_model(
@@ -1092,7 +1121,7 @@ class Engine:
         replace_specs: Sequence[tuple[tuple[int, ...], str]] = (),
         positions: Sequence[int | None] = (),
         counts: Sequence[int] = (),
-        reduce_slot: list[Callable[..., Any] | None] | None = None,
+        reduce_slot: _ThreadSlot | None = None,
     ) -> Callable:
         replace = len(replace_specs)
         bypass = self.space.bypass()
@@ -1235,7 +1264,7 @@ class Engine:
         )
         entry = self._compiled.get(key)
         if entry is None:
-            slot: list[Callable[..., Any] | None] | None = None if reduce is None else [None]
+            slot: _ThreadSlot | None = None if reduce is None else _ThreadSlot()
             with self.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
                 fn = self._build(prepared, resolved_layers, wrt, tuple(weights), rule, target_fn, replace_specs,
                                  positions, counts, slot)
@@ -1442,6 +1471,21 @@ def _target_key(target_fn: Callable | None) -> Any:
     return None if target_fn is None else targets_lib.callable_key(target_fn)
 
 
+def _concrete_calls(values: Sequence[Any]) -> int:
+    """How many recorded calls hold numbers (a structured output, e.g. an RNN cell's, by its first tensor):
+    an unbuilt subclassed model's first call also makes a symbolic build call."""
+    count = 0
+    for value in values:
+        leaves = keras.tree.flatten(value)
+        try:
+            if leaves:
+                keras.ops.convert_to_numpy(leaves[0])
+        except Exception:  # noqa: BLE001 (any backend's "symbolic tensor" error)
+            continue
+        count += 1
+    return count
+
+
 def _concrete(values: Sequence[Any]) -> list[Any]:
     """The recorded values that hold numbers: a subclassed model's first call also records the symbolic
     call Keras makes to build it (a graph tensor, no values)."""
@@ -1452,6 +1496,18 @@ def _concrete(values: Sequence[Any]) -> list[Any]:
         except Exception:  # noqa: BLE001 (any backend's "symbolic tensor" error)
             continue
     return kept
+
+
+class _ThreadSlot(threading.local):
+    """``slot[0]``: a value set for one call of a shared compiled function, seen by the calling thread only."""
+
+    value: Any = None
+
+    def __getitem__(self, index: int) -> Any:
+        return self.value
+
+    def __setitem__(self, index: int, value: Any) -> None:
+        self.value = value
 
 
 def _merge(parts: list[dict[str, Any]], wrt_inputs: bool) -> GradientResult:

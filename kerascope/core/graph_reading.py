@@ -20,7 +20,7 @@ import keras
 from kerascope.core.calls import chain_ranks
 from kerascope.core.layers import child_layers
 
-__all__ = ["call_count", "graph_of", "output_probabilities", "output_softmax", "producing", "read_elsewhere"]
+__all__ = ["call_count", "feeding", "graph_of", "output_probabilities", "output_softmax", "producing", "read_elsewhere"]
 
 
 def graph_of(layer: Any) -> Any | None:
@@ -247,3 +247,42 @@ def call_count(chain: Sequence[keras.Layer], parents: dict[int, int]) -> int | N
         return None
     ranks = chain_ranks(list(chain))
     return None if not ranks else len(ranks)
+
+
+def feeding(chosen: Any) -> set[int] | None:
+    """``id``s of the layers and ops that ``chosen`` (a symbolic model output) depends on; ``None`` if unreadable.
+
+    A nested model or a layer with sub-layers on the way counts with everything inside it.
+
+    Example:
+        >>> import keras
+        >>> x = keras.Input((3,)); a = keras.layers.Dense(2); b = keras.layers.Dense(1)
+        >>> used = feeding(a(x)); _ = b(x)
+        >>> id(a) in used, id(b) in used
+        (True, False)
+    """
+    from kerascope.core.layers import iter_layers
+
+    used: set[int] = set()
+    seen: set[int] = set()
+    stack = list(keras.tree.flatten(chosen))
+    while stack:
+        history = getattr(stack.pop(), "_keras_history", None)
+        if history is None:
+            return None
+        operation = history.operation
+        nodes = getattr(operation, "_inbound_nodes", None) or []
+        if not 0 <= history.node_index < len(nodes):
+            return None
+        node = nodes[history.node_index]
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        used.add(id(operation))
+        if isinstance(operation, keras.Layer):
+            used.update(id(inner) for _, inner in iter_layers(operation))
+            for _, inner in iter_layers(operation):
+                used.update(id(op) for op in getattr(inner, "_operations", None) or [])
+            used.update(id(op) for op in getattr(operation, "_operations", None) or [])
+        stack.extend(t for t in keras.tree.flatten(node.input_tensors) if t is not None)
+    return used

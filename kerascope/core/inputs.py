@@ -144,6 +144,8 @@ class Inputs:
         chunk.__dict__.update(self.__dict__)
         chunk.arrays = [a[part] for a in self.arrays]
         chunk.num_samples = len(chunk.arrays[0])
+        # where the chunk starts among the user's samples (warnings name the user's sample positions)
+        chunk.first_index = getattr(self, "first_index", 0) + (part.indices(self.num_samples)[0] if part.step in (None, 1) else 0)
         return chunk
 
     def chunks(self, batch_size: int) -> Iterator[tuple[slice, list[np.ndarray]]]:

@@ -43,10 +43,10 @@ import keras
 import numpy as np
 
 from kerascope import _backend
-from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, _operations
+from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, operation_paths
 from kerascope.core.layers import iter_layers
 from kerascope.core.lrp_rules import Rule, ZBox, stabilize
-from kerascope.core.probe import patched_attribute
+from kerascope.core.probe import attribute, own_patch, patched_attribute
 
 sg = keras.ops.stop_gradient
 
@@ -116,7 +116,7 @@ def _types(names: tuple[str, ...]) -> tuple[type, ...]:
 
 def _activation_ok(layer: Any, bypassed: list[str], path: str) -> str | None:
     """Why the layer's ``activation`` attribute is unsupported (``None``: fine)."""
-    activation = getattr(layer, "activation", None)
+    activation = attribute(layer, "activation")
     if activation is None:
         return None
     act = getattr(activation, "__name__", type(activation).__name__)
@@ -172,7 +172,7 @@ def classify(model: keras.Layer, bypassed: list[str]) -> Sites:
         elif not isinstance(layer, gradient):
             sites.problems.append(f"{path!r} ({kind})")
             refused.append(path)
-    for path, op in _operations(model):
+    for path, op in operation_paths(model):
         kind = type(op).__name__
         if kind in ACTIVATION_OPS:
             sites.activation.append((path, op))
@@ -285,7 +285,7 @@ def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
     depthwise = _is_depthwise(layer)
 
     def conv(x: Any, kernel: Any, bias: Any) -> Any:
-        patched = vars(layer).get("convolution_op")  # a scoped cheaper backward (core/conv_backward.py)
+        patched = own_patch(layer, "convolution_op")  # a scoped cheaper backward (core/conv_backward.py)
         if patched is not None and not depthwise:
             out = patched(x, kernel)
         else:
@@ -343,7 +343,7 @@ def _feeds_batchnorm_only(layer: keras.Layer) -> bool:
 
     Its own rule terms would be dead work: the BatchNormalization evaluates the rule with the fused
     parameters. Layers without graph nodes (subclassed models) keep their terms."""
-    if not is_linear_activation(getattr(layer, "activation", None)):
+    if not is_linear_activation(attribute(layer, "activation")):
         return False
     nodes = getattr(layer, "_outbound_nodes", None) or []
     for node in nodes:
@@ -484,7 +484,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
                             __folded: bool = folded, **kwargs: Any) -> Any:
                 kernel, bias = _params(__layer)
                 x = keras.ops.convert_to_tensor(inputs)
-                activation = getattr(__layer, "activation", None)
+                activation = attribute(__layer, "activation")
                 name = getattr(activation, "__name__", type(activation).__name__)
                 if __folded:  # the BatchNormalization after it evaluates the rule with the fused parameters
                     out = affine_function(__layer)(x, kernel, bias)
@@ -502,7 +502,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
             stack.enter_context(patched_attribute(layer, "call", affine_call))
             count += 1
         for _, layer in sites.batchnorm:
-            original = layer.call
+            original = attribute(layer, "call")
 
             def bn_call(inputs: Any, *args: Any, __layer: keras.Layer = layer, __f: Callable = original,
                         **kwargs: Any) -> Any:
@@ -525,7 +525,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
             stack.enter_context(patched_attribute(layer, "call", bn_call))
             count += 1
         for _, obj in sites.norm:
-            original = obj.call
+            original = attribute(obj, "call")
             keeps_sign = not isinstance(obj, _types(("Subtract", "Rescaling", "Normalization")))
 
             def norm_call(*args: Any, __f: Callable = original, __keeps: bool = keeps_sign, **kwargs: Any) -> Any:
@@ -540,7 +540,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
             stack.enter_context(patched_attribute(obj, "call", norm_call))
             count += 1
         for _, obj in sites.activation:
-            original = obj.call
+            original = attribute(obj, "call")
             positive = _nonnegative_layer(obj)
 
             def act_call(inputs: Any, *args: Any, __f: Callable = original, __positive: bool = positive,
@@ -551,7 +551,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
             stack.enter_context(patched_attribute(obj, "call", act_call))
             count += 1
         for obj in _sign_keeping_layers(model):  # max pooling, reshapes, padding: x >= 0 stays known
-            original = obj.call
+            original = attribute(obj, "call")
 
             def keep_call(inputs: Any, *args: Any, __f: Callable = original, **kwargs: Any) -> Any:
                 out = __f(inputs, *args, **kwargs)
@@ -586,7 +586,7 @@ def _nonnegative_layer(obj: Any) -> bool:
     if isinstance(obj, keras.layers.ReLU):
         return not float(obj.negative_slope) and float(obj.threshold) >= 0
     if isinstance(obj, keras.layers.Activation):
-        return getattr(obj.activation, "__name__", "") in NONNEGATIVE_ACTIVATIONS
+        return getattr(attribute(obj, "activation"), "__name__", "") in NONNEGATIVE_ACTIVATIONS
     return type(obj).__name__ in ("Relu", "Relu6", "Sigmoid", "Softplus", "HardSigmoid")
 
 

@@ -286,8 +286,13 @@ def is_softmax_of(value: np.ndarray, probabilities: np.ndarray) -> bool:
     return bool(np.allclose(soft, probabilities, rtol=1e-3, atol=1e-6) and not np.allclose(value, probabilities))
 
 
-def saturation_message(model_name: str, scores: np.ndarray, bad: np.ndarray, logits_layer: str | None) -> str:
+def saturation_message(
+    model_name: str, scores: np.ndarray, bad: np.ndarray, logits_layer: str | None, first: int = 0
+) -> str:
     """The warning for saturated probabilities, with advice naming the logits layer when found.
+
+    ``first``: the position of ``scores[0]`` among the samples of the user's call (a chunk's start), so the
+    samples named are the user's.
 
     Example:
         >>> saturation_message("m", np.array([1.0]), np.array([0]), "dense")[:31]
@@ -302,7 +307,7 @@ def saturation_message(model_name: str, scores: np.ndarray, bad: np.ndarray, log
     )
     return (
         f"Model {model_name!r} outputs saturated probabilities (target scores like "
-        f"{float(scores[bad[0]]):.3g} for samples {bad.tolist()[:10]}) and kerascope found no "
+        f"{float(scores[bad[0]]):.3g} for samples {(np.asarray(bad) + first).tolist()[:10]}) and kerascope found no "
         "softmax layer or activation to bypass (e.g. `tf.nn.softmax` inside a subclassed `call`). "
         "Gradients of saturated probabilities vanish or underflow in float32, so the map is "
         f"meaningless. {advice}, or apply the softmax outside the model."

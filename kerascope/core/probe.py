@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -20,32 +21,133 @@ import keras
 _MISSING = object()
 
 
-@contextlib.contextmanager
-def patched_attribute(obj: Any, name: str, value: Any) -> Iterator[None]:
-    """Set ``obj.name = value`` for the block, restoring the exact previous state.
+class _Slot:
+    """One patched attribute of one object: the dispatcher installed there and who uses it."""
 
-    If ``obj`` had no instance attribute ``name`` before (e.g. ``call`` that
-    lives on the class), the instance attribute is deleted afterwards, so
-    ``vars(obj)`` is identical before and after.
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj, self.name = obj, name
+        self.previous = obj.__dict__.get(name, _MISSING)  # the instance's own state, put back at the end
+        self.original = getattr(obj, name)  # what threads without a patch of their own get
+        self.users = 0
+        slot = self
+
+        def dispatch(*args: Any, **kwargs: Any) -> Any:
+            stack = _thread_stacks().get(id(slot))
+            return (stack[-1] if stack else slot.original)(*args, **kwargs)
+
+        with contextlib.suppress(AttributeError, TypeError):
+            functools.update_wrapper(dispatch, self.original)
+        dispatch._kerascope_slot = self  # type: ignore[attr-defined]
+        self.dispatch = dispatch
+
+
+_SLOTS: dict[tuple[int, str], _Slot] = {}
+_SLOTS_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+def _thread_stacks() -> dict[int, list[Any]]:
+    stacks = getattr(_LOCAL, "stacks", None)
+    if stacks is None:
+        stacks = _LOCAL.stacks = {}
+    return stacks
+
+
+def attribute(obj: Any, name: str, default: Any = None) -> Any:
+    """``obj.name`` as the current thread sees it: its own scoped patch if any, else the unpatched value.
+
+    Read a layer's ``call`` / ``activation`` with it (not ``obj.name``) where a
+    :func:`patched_attribute` block may be open: the instance attribute itself is then a
+    dispatcher shared by every thread.
 
     Example:
-        >>> class A: pass
+        >>> class A:
+        ...     def f(self): return "class"
         >>> a = A()
-        >>> with patched_attribute(a, "x", 1):
-        ...     a.x
-        1
-        >>> hasattr(a, "x")
-        False
+        >>> with patched_attribute(a, "f", lambda: "patched"):
+        ...     attribute(a, "f")()
+        'patched'
+        >>> attribute(a, "f")()
+        'class'
     """
-    previous = obj.__dict__.get(name, _MISSING)
-    object.__setattr__(obj, name, value)
+    value = getattr(obj, name, default)
+    slot = getattr(value, "_kerascope_slot", None)
+    if slot is None or slot.obj is not obj or slot.name != name:
+        return value
+    stack = _thread_stacks().get(id(slot))
+    return stack[-1] if stack else slot.original
+
+
+def own_patch(obj: Any, name: str) -> Any:
+    """The value the current thread's open :func:`patched_attribute` block gave ``obj.name``, else ``None``.
+
+    Example:
+        >>> class A:
+        ...     def g(self): return 0
+        >>> a = A(); f = lambda: 1
+        >>> with patched_attribute(a, "g", f):
+        ...     own_patch(a, "g") is f
+        True
+        >>> own_patch(a, "g") is None
+        True
+    """
+    slot = getattr(obj.__dict__.get(name), "_kerascope_slot", None)
+    stack = _thread_stacks().get(id(slot)) if slot is not None and slot.obj is obj else None
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def patched_attribute(obj: Any, name: str, value: Callable[..., Any]) -> Iterator[None]:
+    """Make ``obj.name`` behave as ``value`` for the block, in the calling thread only.
+
+    The instance attribute becomes a dispatcher (installed once, under a lock, and
+    removed when the last thread using it leaves): a call from the thread inside the
+    block runs ``value``; every other thread, and this one after the block, run the
+    original. So a probe, a softmax bypass or a rule override of one explanation is
+    invisible to a ``model.predict`` running at the same time in another thread. If
+    ``obj`` had no instance attribute ``name`` before (e.g. ``call`` that lives on the
+    class), it has none afterwards: ``vars(obj)`` is identical before and after.
+    ``value`` must be callable (a ``call``, an ``activation``, a ``convolution_op``).
+    Read the value the thread sees with :func:`attribute`.
+
+    Example:
+        >>> class A:
+        ...     def f(self): return "class"
+        >>> a = A()
+        >>> with patched_attribute(a, "f", lambda: "patched"):
+        ...     a.f()
+        'patched'
+        >>> a.f(), "f" in vars(a)
+        ('class', False)
+    """
+    if not callable(value):
+        raise TypeError(f"A scoped patch needs a callable. Received: {name}={value!r}.")
+    key = (id(obj), name)
+    with _SLOTS_LOCK:
+        slot = _SLOTS.get(key)
+        if slot is None or slot.obj is not obj:
+            slot = _SLOTS[key] = _Slot(obj, name)
+            object.__setattr__(obj, name, slot.dispatch)
+        slot.users += 1
+    stack = _thread_stacks().setdefault(id(slot), [])
+    stack.append(value)
     try:
         yield
     finally:
-        if previous is _MISSING:
-            obj.__dict__.pop(name, None)
-        else:
-            object.__setattr__(obj, name, previous)
+        for i in range(len(stack) - 1, -1, -1):  # this block's entry (blocks of one thread nest)
+            if stack[i] is value:
+                del stack[i]
+                break
+        if not stack:
+            _thread_stacks().pop(id(slot), None)
+        with _SLOTS_LOCK:
+            slot.users -= 1
+            if slot.users == 0:
+                _SLOTS.pop(key, None)
+                if slot.previous is _MISSING:
+                    obj.__dict__.pop(name, None)
+                else:
+                    object.__setattr__(obj, name, slot.previous)
 
 
 class Recorder:
@@ -137,7 +239,7 @@ def probe(
     chosen = dict(zip((id(layer) for layer in layers), positions or [None] * len(layers)))
     with contextlib.ExitStack() as stack:
         for index, layer in enumerate(dict.fromkeys(layers)):
-            original = layer.call
+            original = attribute(layer, "call")
 
             def wrapper(*args: Any, __i: int = index, __l: keras.Layer = layer,
                         __f: Callable = original, **kwargs: Any) -> Any:
@@ -175,7 +277,7 @@ def softmax_candidates(model: keras.Layer) -> list[keras.Layer]:
     for _, layer in iter_layers(model):
         if isinstance(layer, keras.layers.Softmax):
             found.append(layer)
-        elif _activation_name(getattr(layer, "activation", None)) == "softmax":
+        elif _activation_name(attribute(layer, "activation")) == "softmax":
             found.append(layer)
     return found
 
@@ -207,7 +309,7 @@ def bypass_softmax(layers: Sequence[keras.Layer], counts: dict[int, int] | None 
                 inner = _identity_call
             else:
                 stack.enter_context(patched_attribute(layer, "activation", keras.activations.linear))
-                inner = layer.call
+                inner = attribute(layer, "call")
             if counts is None:
                 if inner is _identity_call:
                     stack.enter_context(patched_attribute(layer, "call", _identity_call))
@@ -243,7 +345,7 @@ def relu_sites(model: keras.Layer) -> list[tuple[keras.Layer, str]]:
     for _, layer in iter_layers(model):
         if isinstance(layer, keras.layers.ReLU):
             sites.append((layer, "layer"))
-        elif _activation_name(getattr(layer, "activation", None)) in _RELU_NAMES:
+        elif _activation_name(attribute(layer, "activation")) in _RELU_NAMES:
             sites.append((layer, "activation"))
     return sites
 
@@ -275,7 +377,7 @@ def other_activations(model: keras.Layer) -> dict[str, int]:
         if type(layer).__name__ in ("ELU", "LeakyReLU", "PReLU"):
             name = type(layer).__name__.lower()
         else:
-            fn = getattr(layer, "activation", None)
+            fn = attribute(layer, "activation")
             if fn is None or not callable(fn):
                 continue
             name = _activation_name(fn)
@@ -306,9 +408,9 @@ def override_relu_gradients(
     with contextlib.ExitStack() as stack:
         for layer, kind in sites:
             if kind == "activation":
-                stack.enter_context(patched_attribute(layer, "activation", wrap(layer.activation)))
+                stack.enter_context(patched_attribute(layer, "activation", wrap(attribute(layer, "activation"))))
             else:
-                original_call = layer.call
+                original_call = attribute(layer, "call")
 
                 def relu_fn(x: Any, __f: Callable = original_call) -> Any:
                     return __f(x)

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from kerascope.core.calls import SharedLayerError, check_call_index
+from kerascope.core.diagnostics import check_explanation
 from kerascope.core.engine import Engine, check_finite, engine_for
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
@@ -107,6 +108,17 @@ class UnsupportedModelError(ValueError):
         >>> issubclass(UnsupportedModelError, ValueError)
         True
     """
+
+
+
+def problem_path(problem: str) -> str:
+    """The layer / op path a support problem names (``"'dense_1' (Dense with ...)"`` -> ``"dense_1"``).
+
+    Example:
+        >>> problem_path("'head/p' (Dense with activation 'softmax')")
+        'head/p'
+    """
+    return problem[1:].split("'", 1)[0] if problem.startswith("'") else problem
 
 
 def _float16_layers(model: keras.Layer) -> str:
@@ -269,7 +281,9 @@ class Method:
         with self.engine.check_on_error(prepared), single_threaded_blas(), progress_scope(
             prepared.num_samples, self.name, self.progress
         ):
-            return self._explain(prepared, targets)
+            result = self._explain(prepared, targets)
+        check_explanation(result, self)  # a zero map or a missed completeness is said, never passed silently
+        return result
 
     def _probed_layers(self) -> list[keras.Layer]:
         """The inner layer given by ``layer=`` as an object (none when absent or unknown: its error comes later)."""

@@ -64,6 +64,31 @@ def spatial_axes(array: Any) -> tuple[int, ...]:
     return tuple(range(1, len(array.shape) - 1))
 
 
+def channels_first(layer: keras.Layer) -> bool:
+    """Whether ``layer`` outputs ``(N, C, *spatial)`` (``data_format="channels_first"``).
+
+    Example:
+        >>> import keras
+        >>> channels_first(keras.layers.Conv2D(2, 3, data_format="channels_first")), channels_first(keras.layers.Dense(2))
+        (True, False)
+    """
+    return getattr(layer, "data_format", None) == "channels_first"
+
+
+def input_view(array: np.ndarray, layer: keras.Layer, rank: int | None = None) -> np.ndarray:
+    """The input as a channels-last view when ``layer`` is channels-first (a model in ``channels_first``
+    takes ``(N, C, *spatial)`` inputs; its maps cover ``spatial``); ``rank``: the layer output's, when known.
+
+    Example:
+        >>> import keras
+        >>> input_view(np.zeros((1, 3, 8, 6)), keras.layers.Conv2D(2, 3, data_format="channels_first")).shape
+        (1, 8, 6, 3)
+    """
+    if channels_first(layer) and array.ndim >= 3 and (rank is None or rank == array.ndim):
+        return np.moveaxis(array, 1, -1)
+    return array
+
+
 def default_layer(model: keras.Layer, inputs: Inputs, input_index: int = 0) -> keras.Layer:
     """The default CAM layer (see :func:`kerascope.core.spatial.default_layer`).
 
@@ -232,7 +257,7 @@ class CAM(Method):
             'image'
         """
         index = self.chosen_input(inputs)
-        array = inputs.arrays[index]
+        array = input_view(inputs.arrays[index], layer, len(shape))
         grids: list[tuple[int, int]] = []
         if self.reshape is None and len(shape) == 3 and array.ndim == 4:  # tokens: the patch grid seen before
             key = ("seen_grids", self._signature(inputs), id(layer))
@@ -341,9 +366,12 @@ class CAM(Method):
     def _placed(self, inputs: Inputs, layer: keras.Layer, values: dict[str, Any]) -> CamResult:
         """A :class:`CamResult` from an engine result's fields, activations and gradients placed on the input."""
         activations = np.asarray(values["activations"][0], np.float32)
+        gradients = np.asarray(values["layer_grads"][0], np.float32)
+        if channels_first(layer) and activations.ndim >= 3:  # (N, C, *spatial) -> (N, *spatial, C)
+            activations, gradients = np.moveaxis(activations, 1, -1), np.moveaxis(gradients, 1, -1)
         layout = self.layout(inputs, layer, activations.shape)
         activations = np.asarray(layout.to_positions(activations), np.float32)
-        gradients = np.asarray(layout.to_positions(np.asarray(values["layer_grads"][0], np.float32)), np.float32)
+        gradients = np.asarray(layout.to_positions(gradients), np.float32)
         values.update(activations=[activations], layer_grads=[gradients])
         return CamResult(**values, layout=layout)
 
@@ -382,13 +410,17 @@ class CAM(Method):
         on the placed arrays (the result is then :meth:`spatial_data`'s).
         """
         index = self.chosen_input(inputs)
-        extent = spatial.input_extent(inputs.arrays[index])
+        first = channels_first(layer)
+        extent = spatial.input_extent(input_view(inputs.arrays[index], layer))
         rank = len(extent) + 2  # (N, h, w, C) on an image, (N, t, C) on a sequence
+
 
         def reduce(acts: list[Any], grads: list[Any]) -> dict[str, Any]:
             a, g = acts[0], grads[0]
             if keras.tree.is_nested(a) or len(a.shape) != rank:
                 return {"acts": a, "grads": g}
+            if first:  # (N, C, *spatial): weighed channels-last, as the same layer in channels_last
+                a, g = keras.ops.moveaxis(a, 1, -1), keras.ops.moveaxis(g, 1, -1)
             return {"map": self.combine(a, g)}
 
         raw = self.engine.gradients(

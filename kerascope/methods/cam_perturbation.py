@@ -23,7 +23,7 @@ from kerascope.core import targets as targets_lib
 from kerascope.core.inputs import Inputs
 from kerascope.core.intervene import compile_scorer
 from kerascope.methods._folding import chunk_ranges
-from kerascope.methods.cam import CAM, refuse_token_ids, weighted_sum
+from kerascope.methods.cam import CAM, channels_first, refuse_token_ids, weighted_sum
 from kerascope.methods.registry import register
 
 
@@ -43,6 +43,18 @@ def zero_channel(output: Any, channel: Any) -> Any:
     keep = ops.not_equal(ops.arange(channels, dtype="int32")[None, :], ops.expand_dims(channel, -1))
     keep = ops.reshape(ops.cast(keep, output.dtype), (-1,) + (1,) * (len(output.shape) - 2) + (channels,))
     return output * keep
+
+
+def zero_channel_first(output: Any, channel: Any) -> Any:
+    """:func:`zero_channel` on a channels-first ``(N, C, *spatial)`` output (axis 1).
+
+    Example:
+        >>> import numpy as np
+        >>> out = zero_channel_first(np.ones((1, 2, 3), "float32"), np.array([0], "int32"))
+        >>> np.asarray(out)[0].sum(axis=1).tolist()
+        [0.0, 3.0]
+    """
+    return ops.moveaxis(zero_channel(ops.moveaxis(output, 1, -1), channel), -1, 1)
 
 
 class PerturbationCAM(CAM):
@@ -155,6 +167,7 @@ class ScoreCAM(PerturbationCAM):
         channels = activations.shape[-1]
         layout = result.layout
         index = layout.input_index
+        first = channels_first(layer)
         refuse_token_ids(inputs, index, "ScoreCAM", "it multiplies the input by masks")
 
         def masked(sample: np.ndarray, channel: np.ndarray) -> tuple[list[np.ndarray], None]:
@@ -165,7 +178,10 @@ class ScoreCAM(PerturbationCAM):
             masks = (masks - low.reshape(shape)) / (high - low + 1e-8).reshape(shape)
             arrays = [a[sample] for a in inputs.arrays]
             x = arrays[index]
-            arrays[index] = (x * masks.reshape(masks.shape + (1,) * (x.ndim - masks.ndim))).astype(x.dtype)
+            shape = masks.shape + (1,) * (x.ndim - masks.ndim)
+            if first and x.ndim == masks.ndim + 1:  # a channels-first input: (n, C, *spatial)
+                shape = (len(masks), 1) + masks.shape[1:]
+            arrays[index] = (x * masks.reshape(shape)).astype(x.dtype)
             return arrays, None
 
         scores = self.score_variants(inputs, targets, result, channels, masked)
@@ -218,7 +234,7 @@ class AblationCAM(PerturbationCAM):
 
         scores = self.score_variants(
             inputs, targets, result, channels + 1, ablated,
-            layer=layer, transform=zero_channel, extra_spec=((None,), "int32"),
+            layer=layer, transform=zero_channel_first if channels_first(layer) else zero_channel, extra_spec=((None,), "int32"),
         ).astype(np.float64)
         clean, ablated = scores[:, :1], scores[:, 1:]
         drop = clean - ablated

@@ -5,8 +5,10 @@ Every method scores the model on coalitions of features (see
 input whose features with ``z_j = 0`` are replaced by the baseline. All
 coalitions of all samples are rows of compiled forward passes in chunks of
 ``batch_size``, generated chunk by chunk (never the whole coalition matrix, see
-:mod:`kerascope.methods._coalition_rows`); random draws come from ``numpy.random.default_rng(seed)``, one
-sample after the other, so results do not depend on ``batch_size``.
+:mod:`kerascope.methods._coalition_rows`); each sample's random draws come from its own
+``numpy.random.default_rng(seed)``, so a sample's result depends neither on
+``batch_size`` nor on the other samples of the call (alone or at any position
+of a batch, the same map).
 
 Conventions (as Captum): attributions have each perturbed input's shape and
 every element carries the value of its feature; the per-feature values are in
@@ -266,7 +268,7 @@ class ShapleySampling(FeatureMaskMethod):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
-        rng = np.random.default_rng(self.seed)
+        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
         features = plan.features
         width = int(features.max())
         # each feature's position in each random order (samples, width) per sample: the coalitions
@@ -274,7 +276,7 @@ class ShapleySampling(FeatureMaskMethod):
         ranks = np.full((len(features), self.samples, width), width, np.int32)
         orders = []
         for i, k in enumerate(features):
-            order = np.argsort(rng.random((self.samples, k)), axis=1)
+            order = np.argsort(_sample_draws(self.seed, draws).random((self.samples, k)), axis=1)
             orders.append(order)
             ranks[i, np.arange(self.samples)[:, None], order] = np.arange(k)[None, :]
         owners, local = streamed.layout(2 + self.samples * (features - 1))
@@ -294,6 +296,12 @@ class ShapleySampling(FeatureMaskMethod):
             phi.append(total / self.samples)
             base.append(rows[0])
         return self._finish(inputs, plan, phi, scores, resolved, base_scores=np.asarray(base, np.float32))
+
+
+def _sample_draws(seed: int | None, draws: np.random.Generator) -> np.random.Generator:
+    """The generator of one sample's draws: from ``seed`` alone, so a sample's explanation does not depend on
+    the other samples of its call or its position among them (``seed=None``: the call's fresh generator)."""
+    return draws if seed is None else np.random.default_rng(seed)
 
 
 _TOO_MANY = ("Use a coarser mask (e.g. mask='grid' or mask='slic'), fewer `samples`, or a method without a "
@@ -342,7 +350,7 @@ class KernelSHAP(FeatureMaskMethod):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
-        rng = np.random.default_rng(self.seed)
+        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
         features = plan.features
         width = int(features.max())
         counts = [self.samples if self.samples is not None else 2 * int(k) + 2048 for k in features]
@@ -351,7 +359,7 @@ class KernelSHAP(FeatureMaskMethod):
         streamed.check_fits("KernelSHAP", int(features[worst]), int(sizes[worst]) + 2, True, _TOO_MANY)
         phi, base, r2 = [], [], []
         for group in streamed.sample_groups(sizes * features):  # coalition designs of a few samples at a time
-            designs = [_kernel_design(int(features[i]), counts[i], rng) for i in group]
+            designs = [_kernel_design(int(features[i]), counts[i], _sample_draws(self.seed, draws)) for i in group]
             owners, local = streamed.layout(sizes[group] + 2)
             rows_of = streamed.design_rows(owners, local, [z for z, _ in designs], 2, width)
             v = self._score(plan, rows_of, group[owners], targets, resolved)
@@ -462,7 +470,7 @@ class LIME(FeatureMaskMethod):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         plan, scores, resolved = self._setup(inputs, targets)
-        rng = np.random.default_rng(self.seed)
+        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
         features = plan.features
         width = int(features.max())
         streamed.check_fits("LIME", width, self.samples, True, _TOO_MANY)
@@ -470,7 +478,7 @@ class LIME(FeatureMaskMethod):
         for group in streamed.sample_groups(self.samples * features):  # designs of a few samples at a time
             designs = []
             for k in features[group]:
-                z = rng.integers(0, 2, size=(self.samples, k)).astype(bool)
+                z = _sample_draws(self.seed, draws).integers(0, 2, size=(self.samples, k)).astype(bool)
                 z[0] = True
                 designs.append(z)
             owners, local = streamed.layout(np.full(len(group), self.samples))

@@ -25,7 +25,7 @@ from kerascope.core.probe import softmax_candidates
 from kerascope.core.rows import REFERENCE, rows_of, sample_of
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
 from kerascope.methods._input_choice import gradient_inputs
-from kerascope.methods.base import Method, UnsupportedModelError, check_positive_int, check_seed
+from kerascope.methods.base import Method, UnsupportedModelError, check_positive_int, check_seed, problem_path
 from kerascope.methods.gradients import Saliency
 from kerascope.methods.integrated import (
     ExpectedGradients,
@@ -67,7 +67,7 @@ class Deconvnet(Saliency):
 
 
 
-def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
+def check_deeplift_support(model: keras.Layer, bypassed: list[str], feeds: Callable[[str], bool] | None = None) -> None:
     """Raise an ``UnsupportedModelError`` (a ``ValueError``) naming every layer DeepLIFT cannot handle exactly.
 
     Supported: affine layers (Dense, convolutions, average pooling, Flatten,
@@ -89,6 +89,7 @@ def check_deeplift_support(model: keras.Layer, bypassed: list[str]) -> None:
         kerascope.methods.base.UnsupportedModelError: DeepLIFT cannot handle these layers exactly. Received: unsupported layers ['rnn' (LSTM)]. ...
     """
     _, problems = classify(model, bypassed)
+    problems = [p for p in problems if feeds is None or feeds(problem_path(p))]
     if problems:
         raise UnsupportedModelError(
             "DeepLIFT cannot handle these layers exactly. Received: unsupported layers "
@@ -446,13 +447,14 @@ class DeepLIFT(Method):
     def _check_model(self) -> None:
         # refuse before running anything; a softmax is only known to be final (bypassed) after a pass
         softmaxes = [self.engine.path_of(layer) for layer in softmax_candidates(self.model)]
-        check_deeplift_support(self.model, softmaxes)
+        check_deeplift_support(self.model, softmaxes, self.engine.feeds_explained())
 
     def _prepare(self, inputs: Inputs, targets: Any) -> list[int]:
         """Check the model (also as a noise wrapper's base) and the targets; the attributed inputs."""
         self._check_model()
         self.engine.prepare(inputs, targets)  # validates the targets, finds a final softmax (one sample)
-        check_deeplift_support(self.model, self.engine.bypassed_layers if self.output == "logits" else [])
+        check_deeplift_support(self.model, self.engine.bypassed_layers if self.output == "logits" else [],
+                               self.engine.feeds_explained())
         return self.attributed_inputs(inputs)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:

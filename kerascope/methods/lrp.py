@@ -7,7 +7,8 @@ The rules are in :mod:`kerascope.core.lrp_rules`, how they run in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import keras
@@ -20,7 +21,7 @@ from kerascope.core.lrp_composites import COMPOSITES, assign_rules, composite_ru
 from kerascope.core.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
 from kerascope.core.lrp_walk import LRPBackward, classify
 from kerascope.methods._input_choice import gradient_inputs
-from kerascope.methods.base import Method, UnsupportedModelError, check_number
+from kerascope.methods.base import Method, UnsupportedModelError, check_number, problem_path
 from kerascope.methods.registry import register
 
 __all__ = ["COMPOSITES", "LRP", "AlphaBeta", "Epsilon", "Flat", "Gamma", "Rule", "ZBox", "ZPlus", "check_lrp_support"]
@@ -28,7 +29,30 @@ __all__ = ["COMPOSITES", "LRP", "AlphaBeta", "Epsilon", "Flat", "Gamma", "Rule",
 INITS = ("logit", "one_hot")
 
 
-def check_lrp_support(model: keras.Layer, bypassed: list[str]) -> None:
+def relevance_seed(target_fn: Callable[[Any], Any], outputs: Any) -> Any:
+    """``target_fn(outputs)``, written so that its gradient w.r.t. each output ``y`` is ``y * dS/dy``.
+
+    LRP starts the relevance of a callable target ``S`` at ``y * dS/dy`` (the output's share
+    of ``S`` for a linear ``S``: the sum of two logits gives each logit its own value); its
+    backward pass carries the gradient it is seeded with. Each output enters as
+    ``stop_gradient(y) * exp(y - stop_gradient(y))``: the same value, gradient ``y``.
+
+    Example:
+        >>> import numpy as np
+        >>> float(relevance_seed(lambda o: o[:, 0] + o[:, 1], np.array([[2.0, 3.0]], "float32"))[0])
+        5.0
+    """
+
+    def seed(y: Any) -> Any:
+        if not keras.backend.is_float_dtype(keras.backend.standardize_dtype(getattr(y, "dtype", "int32"))):
+            return y
+        held = keras.ops.stop_gradient(y)
+        return held * keras.ops.exp(y - held)
+
+    return target_fn(keras.tree.map_structure(seed, outputs))
+
+
+def check_lrp_support(model: keras.Layer, bypassed: list[str], feeds: Callable[[str], bool] | None = None) -> None:
     """Raise an ``UnsupportedModelError`` (a ``ValueError``) naming every layer LRP has no rule for.
 
     Example:
@@ -38,7 +62,7 @@ def check_lrp_support(model: keras.Layer, bypassed: list[str]) -> None:
         ...
         kerascope.methods.base.UnsupportedModelError: LRP has no rule for these layers. Received: unsupported layers ['rnn' (LSTM)]. ...
     """
-    problems = classify(model, bypassed).problems
+    problems = [p for p in classify(model, bypassed).problems if feeds is None or feeds(problem_path(p))]
     if problems:
         raise UnsupportedModelError(
             "LRP has no rule for these layers. Received: unsupported layers "
@@ -202,21 +226,26 @@ class LRP(Method):
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         self.engine.prepare(inputs, targets)  # finds the final softmax before the support check
-        check_lrp_support(self.model, self.engine.bypassed_layers if self.output == "logits" else [])
+        check_lrp_support(self.model, self.engine.bypassed_layers if self.output == "logits" else [],
+                          self.engine.feeds_explained())
         wrt = self.attributed_inputs(inputs)
         backward = LRPBackward(self.layer_rules(), self.stabilizer)  # equal rules: the same compiled function
         self._check_box(inputs, backward.rules)
+        seeded = callable(targets) and self.init == "logit"
         result = self.engine.gradients(
-            inputs, targets, wrt_inputs=wrt, rule=backward, batch_size=self.batch_size, progress=self.progress
+            inputs, functools.partial(relevance_seed, targets) if seeded else targets, wrt_inputs=wrt,
+            rule=backward, batch_size=self.batch_size, progress=self.progress
         )
         scores = result.scores.astype(np.float32)
-        start = scores if self.init == "logit" else np.ones_like(scores)
+        # a class score starts the relevance at its logit (the gradient times the score); a callable target
+        # starts it at y * dS/dy, which relevance_seed's gradient already is
+        start = scores if self.init == "logit" and not seeded else np.ones_like(scores)
         attributions = [
             (g * start.reshape((-1,) + (1,) * (g.ndim - 1))).astype(np.float32) for g in result.input_grads
         ]
         total = sum(a.reshape(len(a), -1).astype(np.float64).sum(axis=1) for a in attributions)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = (total / start.astype(np.float64)).astype(np.float32)
+            ratio = (total / (scores if seeded else start).astype(np.float64)).astype(np.float32)
         return self._input_result(
             inputs, wrt, attributions, scores, result.targets, relevance_sum=total.astype(np.float32),
             conservation=ratio,

@@ -1,4 +1,4 @@
-"""Issue 12: one method factory, the engine's public API, the layering rules, and docs/architecture.md.
+"""One method factory, the engine's public API, the layering rules, and docs/architecture.md.
 
 The worked examples of docs/architecture.md are executed here and checked against closed forms.
 Backend-independent (runs in the JAX / PyTorch loop too).

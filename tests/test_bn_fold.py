@@ -1,4 +1,4 @@
-"""Conv / Dense + BatchNormalization folding in the compiled passes (core/bn_fold.py, issue 18 item 1).
+"""Conv / Dense + BatchNormalization folding in the compiled passes (core/bn_fold.py).
 
 Folded results must equal the model's own graph (``fold_batchnorm=False``) and a hand-written gradient
 to float32 rounding; pairs that do not fold exactly (another reader, a shared layer, a probed layer, an

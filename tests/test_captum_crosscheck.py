@@ -253,7 +253,7 @@ class Copy(torch.nn.Module):
 
 
 def build_maxpool_pair(seed: int = 1) -> tuple[keras.Model, torch.nn.Module]:
-    """conv -> conv -> max-pool -> conv -> GAP -> dense, the network of issue 15.
+    """conv -> conv -> max-pool -> conv -> GAP -> dense, the DeepLIFT cross-check's network.
 
     Captum hooks the ReLU's output tensor and the max-pool's input tensor; when they are the same tensor,
     the ReLU's hook reads the gradient before the max-pool rule replaced it, and Captum's attributions

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the public API (issue 13): a correct result or kerascope's own error.
+"""Property-based fuzzing of the public API: a correct result or kerascope's own error.
 
 Hypothesis draws inputs (dtype, rank, shape, NaN / Inf, empty, lists / tuples /
 dicts with right, wrong and missing keys), targets (ints incl. huge and

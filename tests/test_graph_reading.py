@@ -1,4 +1,4 @@
-"""Reading a functional model's graph gives what the eager check pass observes, or nothing (issue 18 item 4).
+"""Reading a functional model's graph gives what the eager check pass observes, or nothing.
 
 ``core/graph_reading.py`` lets a functional / ``Sequential`` model's first call skip the eager
 one-sample pass. Each reading is checked against the observation itself (the probed eager

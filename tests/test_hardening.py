@@ -1,4 +1,4 @@
-"""Issue 13, silent wrong results: inputs, targets, shared layers, caches, NaN, memory.
+"""Silent wrong results: inputs, targets, shared layers, caches, NaN, memory.
 
 Every check compares against something independent: closed-form gradients of small
 models written in numpy (so the file runs on TensorFlow, JAX and PyTorch), plus a
@@ -649,7 +649,7 @@ def run_memory_probe(specs: list[str], n: int = 32, batch_size: int = 16, timeou
 
 def check_bounded(rows: list[dict]) -> None:
     for row in rows:
-        # the issue's bound: the process's peak RSS for 4N within 10% of that for N
+        # the bound: the process's peak RSS for 4N within 10% of that for N
         assert row["4n_total"] <= 1.10 * row["n_total"], row
         # and sharper: the peak may grow by the 4N maps (a few copies) but not with N otherwise
         # (Grad-CAM used to keep every sample's (64, 64, 64) activations and gradients: +190 MiB).

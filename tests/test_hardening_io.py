@@ -1,4 +1,4 @@
-"""Issue 13 (files, CLI, report, batch): hostile and careless input never escapes a folder, never runs in a
+"""Files, CLI, report, batch: hostile and careless input never escapes a folder, never runs in a
 page, never crashes with a traceback, and never makes a resumed batch run trust a damaged shard."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14 (gradient half): ``layer=``, ``output_layer=``, saturation warning, multi-output
+"""Gradient methods at inner layers: ``layer=``, ``output_layer=``, saturation warning, multi-output
 callable targets and honest guided methods.
 
 Backend-independent: runs on TensorFlow, JAX and PyTorch (scripts/test.sh). References are

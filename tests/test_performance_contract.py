@@ -155,7 +155,7 @@ class Subclassed(keras.Model):
 @pytest.mark.parametrize("kind,expected", [("functional", 1), ("subclassed", 4)])
 @pytest.mark.parametrize("name", ["saliency", "gradcam"])
 def test_first_call_runs_the_models_code_once_per_pass_and_traces_once(name: str, kind: str, expected: int) -> None:
-    """Issue 18 item 4: a functional model's first call only traces (its graph states the softmax to bypass and
+    """First call: a functional model's first call only traces (its graph states the softmax to bypass and
     the probed layer's calls: ``core/graph_reading.py``); a subclassed model's first call makes one eager pass on
     one sample (input check, softmax detection and call counts in one) and a second one (the outputs must repeat:
     a model random at inference is refused), one symbolic pass (its output shape, for the class-range check) and
@@ -176,7 +176,7 @@ def test_first_call_runs_the_models_code_once_per_pass_and_traces_once(name: str
 
 
 def test_cpu_call_options_give_the_same_numbers_and_are_restored() -> None:
-    """Issue 18 item 4: on a machine without GPUs kerascope's compiled functions run one Grappler pass, without the
+    """First call: on a machine without GPUs kerascope's compiled functions run one Grappler pass, without the
     GPU layout and memory optimisers (``_backend/tensorflow.py``): bit-identical maps to TensorFlow's default
     options on the same weights, and the thread's own call options are back after each call."""
     if keras.backend.backend() != "tensorflow":

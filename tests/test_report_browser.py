@@ -367,7 +367,7 @@ def test_browser_check_detects_broken_pages(browser, tmp_path):
     assert report["dialogs"] == ["hi"]
 
 
-# ----------------------------------------------------------------------------------------------- layout (issue 17)
+# ------------------------------------------------------------------------------------------------------- layout
 ORDER = ("saliency", "gradcam", "integrated_gradients")  # deliberately not alphabetical
 SIZES = {"wide.png": (200, 300), "tiny.png": (8, 8), "big.png": (1000, 800)}  # natural (H, W)
 SHOWN = {"wide.png": (200, 300), "tiny.png": (16, 16), "big.png": (512, 410)}  # <= 512 px, model input as floor

@@ -1,4 +1,4 @@
-"""Issue 13, item 4: a shared layer (called more than once) is read at the call ``call_index`` chooses.
+"""A shared layer (called more than once) is read at the call ``call_index`` chooses.
 
 References are hand-built forward passes through the model's own layer objects, with the
 intermediate tensors of each call, differentiated by the backend's autodiff directly

@@ -1,5 +1,5 @@
 """``tolerance=``: IG doubles its path points on nested grids, noise wrappers / Expected Gradients add
-antithetic pairs, until the estimated error is below the tolerance (issue 18, item 2).
+antithetic pairs, until the estimated error is below the tolerance.
 
 Checks against independent numbers: completeness with f(x) - f(baseline) from the model itself, the
 non-adaptive quadrature with the same number of points, 1024-step / 1024-sample references, closed

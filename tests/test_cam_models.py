@@ -269,7 +269,7 @@ def test_default_layer_ignores_a_saturated_softmax() -> None:
     """The layer search compares logits, not probabilities. With the softmax saturated (a logit gap of 200:
     exactly [1, 0] in float32) no change of any layer reached the output, so the search moved to other
     layers or failed; the demo model on a random image got conv2b instead of its last convolution conv3b
-    (and ``bench/suite.py``'s Grad-CAM floor, found on zeros, was at conv3b: GradCAM read 1.49x)."""
+    (and the ``floor-gradcam-*`` scenarios' Grad-CAM floor, found on zeros, was at conv3b: GradCAM read 1.49x)."""
     keras.utils.set_random_seed(5)
     model = keras.Sequential([
         keras.Input((8, 8, 1)), L.Conv2D(3, 3, activation="relu", name="early"), L.Conv2D(4, 3, name="late"),
@@ -279,7 +279,7 @@ def test_default_layer_ignores_a_saturated_softmax() -> None:
     x = np.random.default_rng(5).uniform(0, 1, (2, 8, 8, 1)).astype("float32")
     assert np.array_equal(keras.ops.convert_to_numpy(model(x)), [[1.0, 0.0], [1.0, 0.0]])  # saturated
     assert spatial.default_layer(model, Inputs(x)).name == "late"
-    assert ks.methods.cam.default_layer(model, Inputs(x)).name == "late"  # what bench/suite.py uses
+    assert ks.methods.cam.default_layer(model, Inputs(x)).name == "late"  # what bench/floor.py uses
     for output in ("logits", "probabilities"):
         assert ks.GradCAM(model, output=output).resolved_params(x)["layer"] == "late"
     e = ks.GradCAM(model, upsample=False).explain(x, 1)

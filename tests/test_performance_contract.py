@@ -11,7 +11,7 @@
   give float32 attributions that match the float32 model with the same
   weights, within the precision of the compute dtype.
 
-The speed targets themselves are measured by ``bench/suite.py`` (see
+The speed targets themselves are measured by the ``floor-*`` scenarios of ``python -m bench`` (see
 docs/performance.md), not here.
 """
 

@@ -464,8 +464,8 @@ def select(condition: Any, a: Any, b: Any) -> Any:
     """``a`` where ``condition``, else ``b``; element-wise, the three of one shape (``keras.ops.where``'s numbers).
 
     With equal static shapes this is TensorFlow's same-shape ``Select`` kernel: on CPU about half
-    the time of ``SelectV2`` (what ``tf.where`` runs, with broadcasting), measured with ``python
-    bench/rule_fusion.py``; otherwise ``tf.where``.
+    the time of ``SelectV2`` (what ``tf.where`` runs, with broadcasting), measured by the rule-fusion study in
+    ``bench/HISTORY.md``; otherwise ``tf.where``.
 
     Example:
         >>> select(tf.constant([True, False]), tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])).numpy().tolist()

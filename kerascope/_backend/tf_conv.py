@@ -2,7 +2,7 @@
 
 On a CPU, TensorFlow's input gradient of a convolution (``Conv2DBackpropInput``, oneDNN) is
 much slower than the forward convolution for two shapes that image models always have
-(ResNet50 at 160 px, one thread, 2 rows; ``bench/conv_backward.py``):
+(ResNet50 at 160 px, one thread, 2 rows; the conv-backward study in ``bench/HISTORY.md``):
 
 - the **stem**: a strided convolution of the 3 image channels (ResNet50's 7x7/2, 3 -> 64:
   forward 1.4 ms, input gradient 7.3 ms; 12 and 53-61 ms at 16 rows). The gradient is the same

@@ -19,14 +19,17 @@ SIZE, CHANNELS, CLASSES = 8, 3, 3
 def import_quantus():
     pytest.importorskip("torch")
     pytest.importorskip("cv2")
-    hidden = "zennit" not in sys.modules
-    if hidden:
-        sys.modules["zennit"] = None  # find_spec("zennit") -> None: Quantus skips its zennit explainers
+    # find_spec("zennit") -> None while Quantus is imported: it skips its zennit explainers. Whatever another test
+    # left there (tests/test_lrp_zennit.py loads zennit's modules under a stand-in package) is put back after.
+    saved = {name: module for name, module in sys.modules.items() if name == "zennit" or name.startswith("zennit.")}
+    for name in saved:
+        del sys.modules[name]
+    sys.modules["zennit"] = None
     try:
         return pytest.importorskip("quantus")
     finally:
-        if hidden:
-            del sys.modules["zennit"]
+        del sys.modules["zennit"]
+        sys.modules.update(saved)
 
 
 def build_pair(seed: int = 0, size: int = SIZE, channels: int = CHANNELS, padding: str = "same"):

@@ -43,6 +43,10 @@ COALITIONS = ("feature_ablation", "shapley_exact", "shapley_sampling", "kernel_s
 def _params(name: str) -> dict:
     if name in COALITIONS:  # 4 features (2 x 2 cells): 16 coalitions, not the default grid's 65536
         return {"mask": np.kron(np.arange(4).reshape(2, 2), np.ones((4, 4), int))}
+    if name in ("layer_conductance", "internal_influence"):
+        return {"layer": "c", "steps": 4}
+    if name == "neuron_conductance":
+        return {"layer": "c", "neuron": (1, 2, 0), "steps": 4}
     return {"layer": "c"} if "cam" in name else {}
 
 

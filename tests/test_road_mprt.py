@@ -91,6 +91,10 @@ def test_road_noise_is_seeded_and_lerf_reads_higher():
     one = metrics.road(model, x, a, 0, percentages=[50, 90], noise=0.5, seed=4)
     two = metrics.road(model, x, a, 0, percentages=[50, 90], noise=0.5, seed=4)
     np.testing.assert_array_equal(one.details["probabilities"], two.details["probabilities"])
+    chunked = metrics.road(model, x, a, 0, percentages=[50, 90], noise=0.5, seed=4, batch_size=1)
+    np.testing.assert_allclose(chunked.details["probabilities"], one.details["probabilities"], rtol=1e-5, atol=1e-6)
+    other = metrics.road(model, x, a, 0, percentages=[50, 90], noise=0.5, seed=5)
+    assert not np.allclose(other.details["probabilities"], one.details["probabilities"])
     assert not metrics.road(model, x, a, 0, percentages=[50], order="morf").higher_is_better
     assert metrics.road(model, x, a, 0, percentages=[50], order="lerf").higher_is_better
 

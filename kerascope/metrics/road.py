@@ -102,8 +102,8 @@ def road(
     For each percentage ``p`` (default ``1, 3, ..., 99``, as Quantus's ``ROAD``) the
     ``int(H * W * p / 100)`` pixels ranked highest (``order="morf"``, Quantus's only order) or lowest
     (``"lerf"``) are imputed from their neighbours with Gaussian ``noise`` (standard deviation, in input
-    units; drawn from ``seed``, chunk after chunk of ``batch_size`` images); the curve records whether the
-    model still predicts the target (1.0) or not (0.0). Attributions are ``(N, H, W)`` maps or of the
+    units; one stream from ``seed`` consumed chunk after chunk, so the result does not depend on
+    ``batch_size``); the curve records whether the model still predicts the target (1.0) or not (0.0). Attributions are ``(N, H, W)`` maps or of the
     input's shape (summed over channels per pixel); all channels of a pixel are imputed together.
     ``curves`` is ``(N, len(percentages))``, ``scores`` the mean of each curve, ``details["probabilities"]``
     the model's output for the target on every imputed image. Quantus returns the curve averaged over

@@ -45,6 +45,7 @@ from kerascope.metrics.localisation import (
     top_k_intersection,
 )
 from kerascope.metrics.mprt import discrete_entropy, efficient_mprt, mprt, smooth_mprt
+from kerascope.metrics.pic import pic
 from kerascope.metrics.randomisation import random_logit, ssim_1d
 from kerascope.metrics.road import linear_imputation, road
 from kerascope.metrics.robustness import (
@@ -101,6 +102,7 @@ __all__ = [
     "mprt",
     "mu_fidelity",
     "non_sensitivity",
+    "pic",
     "pixel_flipping",
     "pointing_game",
     "random_logit",

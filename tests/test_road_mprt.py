@@ -100,7 +100,8 @@ def test_road_noise_is_seeded_and_lerf_reads_higher():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"percentages": [120]}, "percentages"), ({"order": "random"}, "order"), ({"noise": -1.0}, "noise"),
+    ({"percentages": [120]}, "percentages"), ({"percentages": [50, 100]}, "below 100"), ({"order": "random"}, "order"),
+    ({"noise": -1.0}, "noise"),
 ])
 def test_road_refuses_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):

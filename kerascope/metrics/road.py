@@ -129,6 +129,9 @@ def road(
         raise ValueError(f"`noise` must be >= 0. Received: noise={noise!r}.")
     _, h, w, _ = f.shape
     counts = np.array([int(h * w * float(p) / 100) for p in pct])
+    if counts.max() >= h * w:
+        raise ValueError(f"Every percentage must keep at least one of the {h * w} pixels to impute from. "
+                         f"Received: percentages up to {pct.max():g}. Use values below 100.")
     rank = ranks(f.pixel_sums(), descending=order == "morf")
     x = f.x.reshape(f.shape)
     points, total = len(pct), f.n * len(pct)

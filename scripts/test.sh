@@ -92,7 +92,7 @@ for backend in jax torch; do
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
     tests/test_plots.py tests/test_evaluation.py tests/test_batch_local.py tests/test_report_browser.py tests/test_architecture.py \
     tests/test_cam_models.py tests/test_lrp.py tests/test_tolerance.py tests/test_precision.py \
-    tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_metrics_quantus.py tests/test_hardening.py tests/test_shared_layers.py \
+    tests/test_feature_masks.py tests/test_feature_masks_peers.py tests/test_metrics_quantus.py tests/test_road_mprt.py tests/test_pic.py tests/test_hardening.py tests/test_shared_layers.py \
     tests/test_fuzz.py --hypothesis-profile=ci-small \
     tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
     tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py tests/test_clear_errors.py tests/test_zero_maps.py \

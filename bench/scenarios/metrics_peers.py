@@ -75,6 +75,14 @@ def _cases(options: Options):
         "non_sensitivity": (lambda: metrics.non_sensitivity(model, x, a, y, features_in_step=1, batch_size=64),
                             q("NonSensitivity", nchw(a), {"softmax": True}, features_in_step=1)),
     }
+    # ROAD: Quantus's ranks index pixels only for one-channel images, so a one-channel twin
+    gray_model, gray_net = build_pair(seed=0, size=size, channels=1)
+    gray = x[..., :1].copy()
+    pct = list(range(5, 100, 10))
+    road = quantus.ROAD(percentages=pct, noise=0.01, normalise=False, abs=False, disable_warnings=True)
+    cases["road"] = (lambda: metrics.road(gray_model, gray, maps, y, percentages=pct, batch_size=64),
+                     lambda: road(model=gray_net, x_batch=nchw(gray), y_batch=y, a_batch=maps[:, None].copy(),
+                                  channel_first=True, batch_size=64))
     return cases, {"images": n, "size": size, "features_in_step": step}
 
 

@@ -44,7 +44,10 @@ from kerascope.metrics.localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
+from kerascope.metrics.mprt import discrete_entropy, efficient_mprt, mprt, smooth_mprt
+from kerascope.metrics.pic import pic
 from kerascope.metrics.randomisation import random_logit, ssim_1d
+from kerascope.metrics.road import linear_imputation, road
 from kerascope.metrics.robustness import (
     avg_sensitivity,
     consistency,
@@ -80,7 +83,9 @@ __all__ = [
     "copy_model",
     "data_randomisation",
     "deletion",
+    "discrete_entropy",
     "effective_complexity",
+    "efficient_mprt",
     "energy_pointing_game",
     "faithfulness_correlation",
     "faithfulness_estimate",
@@ -89,12 +94,15 @@ __all__ = [
     "input_invariance",
     "insertion",
     "irof",
+    "linear_imputation",
     "local_lipschitz_estimate",
     "max_sensitivity",
     "model_randomisation",
     "monotonicity",
+    "mprt",
     "mu_fidelity",
     "non_sensitivity",
+    "pic",
     "pixel_flipping",
     "pointing_game",
     "random_logit",
@@ -104,9 +112,11 @@ __all__ = [
     "relative_output_stability",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
+    "road",
     "selectivity",
     "sensitivity_n",
     "shifted_copy",
+    "smooth_mprt",
     "sparseness",
     "spearman",
     "ssim",

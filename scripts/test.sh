@@ -86,7 +86,7 @@ for backend in jax torch; do
            tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py
            tests/test_targets_positions.py tests/test_attention.py tests/test_language.py
            tests/test_thread_isolation.py tests/test_targets_and_heads.py tests/test_batch_invariance.py
-           tests/test_channels_first.py)
+           tests/test_channels_first.py tests/test_cam_tied_embedding.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \
@@ -96,6 +96,7 @@ for backend in jax torch; do
     tests/test_fuzz.py --hypothesis-profile=ci-small \
     tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
     tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py tests/test_clear_errors.py tests/test_zero_maps.py \
+    tests/test_sigmoid_head.py tests/test_vit_zero_cam.py \
     ${extra[@]+"${extra[@]}"} \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

@@ -19,6 +19,7 @@ import keras
 
 from kerascope.core.calls import chain_ranks
 from kerascope.core.layers import child_layers
+from kerascope.core.probe import is_sigmoid_head
 
 __all__ = ["call_count", "feeding", "graph_of", "output_probabilities", "output_softmax", "producing", "read_elsewhere"]
 
@@ -193,8 +194,8 @@ def output_probabilities(model: keras.Layer, chosen: Any, softmax: Sequence[kera
     shape = tuple(getattr(chosen, "shape", ()))
     if chain is None or len(shape) < 2 or not isinstance(shape[-1], int) or shape[-1] < 2:
         return None
-    for layer in softmax:
-        if any(op is layer for op in chain) and layer.compute_dtype == "float32":
+    for layer in softmax:  # (a sigmoid's units are each in (0, 1), its rows need not sum to 1: the values decide)
+        if any(op is layer for op in chain) and layer.compute_dtype == "float32" and not is_sigmoid_head(layer):
             axis = getattr(layer, "axis", -1)
             if axis in (-1, len(shape) - 1):
                 return True

@@ -6,7 +6,7 @@ applies to every model call, separate from compiling and caching:
 * **output selection**: which output of a multi-output model (``output_index``);
 * **softmax bypass**: in ``"logits"`` mode, the softmax layers whose output *is*
   the model output (a fused ``Dense(activation="softmax")``, an ``Activation`` or a
-  ``Softmax`` layer) are found once, from a functional model's graph
+  ``Softmax`` layer; a final sigmoid likewise) are found once, from a functional model's graph
   (``core/graph_reading.py``) or else with one probed forward pass on one sample,
   and made linear for the duration of each call (never by changing the model);
 * **saturation check**: when the model outputs probabilities and no softmax could
@@ -22,6 +22,8 @@ from typing import Any
 
 import keras
 import numpy as np
+
+from kerascope.core.probe import is_sigmoid_head
 
 OUTPUT_SPACES = ("logits", "probabilities")
 SATURATED_LOW = 1e-12
@@ -323,12 +325,16 @@ def _softmax(values: np.ndarray, axis: int) -> np.ndarray:
     return exp / exp.sum(axis=axis, keepdims=True)
 
 
+def _sigmoid(values: np.ndarray, axis: int) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * values))  # (no overflow warning for large logits)
+
+
 def bypass_is_local(layer: keras.Layer, produced: Sequence[Any], before: Any, after: Any) -> bool:
-    """Whether bypassing ``layer``'s softmax changed the outputs ``before`` -> ``after`` only where it produces them.
+    """Whether bypassing ``layer``'s softmax (or sigmoid) changed the outputs ``before`` -> ``after`` only where it produces them.
 
     ``before`` / ``after``: the explained outputs on one sample without / with the bypass;
     ``produced``: ``layer``'s outputs in the unmodified pass (one per call). An output equal to
-    one of them must come back as logits whose softmax is that output (no other call of the
+    one of them must come back as logits whose softmax (sigmoid) is that output (no other call of the
     layer upstream changed it); every other output must be unchanged (nothing else reads it).
 
     Example:
@@ -339,6 +345,7 @@ def bypass_is_local(layer: keras.Layer, produced: Sequence[Any], before: Any, af
         (True, False)
     """
     axis = getattr(layer, "axis", -1) if isinstance(layer, keras.layers.Softmax) else -1
+    squash = _sigmoid if is_sigmoid_head(layer) else _softmax
     own = [np.asarray(keras.ops.convert_to_numpy(v), np.float64) for v in produced]
     for old, new in zip(keras.tree.flatten(before), keras.tree.flatten(after), strict=True):
         eps = _EPS.get(keras.backend.standardize_dtype(getattr(old, "dtype", "float32")), _EPS["float32"])
@@ -348,7 +355,7 @@ def bypass_is_local(layer: keras.Layer, produced: Sequence[Any], before: Any, af
             return False
         if any(v.shape == old.shape and np.allclose(old, v) for v in own):
             # the model's softmax in its own precision against the exact one (mixed_bfloat16: eps 2**-7)
-            if not np.allclose(_softmax(new, axis), old, rtol=max(1e-4, 8 * eps), atol=max(1e-6, eps)):
+            if not np.allclose(squash(new, axis), old, rtol=max(1e-4, 8 * eps), atol=max(1e-6, eps)):
                 return False
         elif not np.array_equal(new, old, equal_nan=True):
             return False

@@ -259,11 +259,27 @@ def _activation_name(fn: Any) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
-def softmax_candidates(model: keras.Layer) -> list[keras.Layer]:
-    """Layers that apply a softmax as their last step (bypassable without rebuilding).
+HEAD_ACTIVATIONS = ("softmax", "sigmoid")
+"""Activations that squash logits into probabilities: bypassed when they produce the explained output."""
 
-    These are layers with ``activation=softmax`` (``Dense``, ``Conv2D``, ...),
-    ``Activation("softmax")`` and ``Softmax`` layers.
+
+def is_sigmoid_head(layer: keras.Layer) -> bool:
+    """Whether ``layer`` applies a sigmoid as its last step (``activation="sigmoid"``, ``Activation("sigmoid")``).
+
+    Example:
+        >>> import keras
+        >>> is_sigmoid_head(keras.layers.Dense(1, activation="sigmoid")), is_sigmoid_head(keras.layers.Softmax())
+        (True, False)
+    """
+    return _activation_name(attribute(layer, "activation")) == "sigmoid"
+
+
+def softmax_candidates(model: keras.Layer) -> list[keras.Layer]:
+    """Layers that apply a softmax or a sigmoid as their last step (bypassable without rebuilding).
+
+    These are layers with ``activation=softmax`` / ``activation=sigmoid`` (``Dense``,
+    ``Conv2D``, ...), ``Activation("softmax")`` / ``Activation("sigmoid")`` and ``Softmax``
+    layers. Only those whose output is the explained output are bypassed.
 
     Example:
         >>> import keras
@@ -277,7 +293,7 @@ def softmax_candidates(model: keras.Layer) -> list[keras.Layer]:
     for _, layer in iter_layers(model):
         if isinstance(layer, keras.layers.Softmax):
             found.append(layer)
-        elif _activation_name(attribute(layer, "activation")) == "softmax":
+        elif _activation_name(attribute(layer, "activation")) in HEAD_ACTIVATIONS:
             found.append(layer)
     return found
 
@@ -288,7 +304,7 @@ def _identity_call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
 
 @contextlib.contextmanager
 def bypass_softmax(layers: Sequence[keras.Layer], counts: dict[int, int] | None = None) -> Iterator[None]:
-    """Make the softmax of ``layers`` linear for the block (logits come out).
+    """Make the softmax (or sigmoid) of ``layers`` linear for the block (logits come out).
 
     ``counts``, when given, is filled with ``{id(layer): calls}`` for the block: a call that no
     graph shows (a ``Lambda`` closing over the layer) is bypassed too, and the engine compares.

@@ -375,8 +375,9 @@ def survey(model: keras.Layer, inputs: Inputs) -> list[tuple[keras.Layer, tuple[
 
 def _survey(
     model: keras.Layer, inputs: Inputs
-) -> tuple[list[tuple[keras.Layer, tuple[int, ...], np.ndarray]], Any]:
-    """:func:`survey`'s entries and the model's outputs of the same pass."""
+) -> tuple[list[tuple[keras.Layer, tuple[int, ...], np.ndarray]], Any, set[int]]:
+    """:func:`survey`'s entries, the model's outputs of the same pass and the ids of the layers it called more
+    than once (shared: a tied embedding, a block applied twice)."""
     order: list[tuple[keras.Layer, Any]] = []
 
     def note(_: int, layer: keras.Layer, output: Any) -> Any:
@@ -391,7 +392,8 @@ def _survey(
         (layer, tuple(int(d) for d in out.shape), np.asarray(keras.ops.convert_to_numpy(out)))
         for i, (layer, out) in enumerate(order) if last[id(layer)] == i
     ]
-    return entries, outputs
+    shared = {id(layer) for i, (layer, _) in enumerate(order) if last[id(layer)] != i}
+    return entries, outputs, shared
 
 
 def output_softmax(
@@ -408,7 +410,7 @@ def output_softmax(
         >>> import keras, numpy as np
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax", name="p")])
         >>> x = Inputs(np.ones((1, 3)))
-        >>> [layer.name for layer in output_softmax(m, *_survey(m, x))]
+        >>> [layer.name for layer in output_softmax(m, *_survey(m, x)[:2])]
         ['p']
     """
     candidates = softmax_candidates(model)
@@ -528,6 +530,8 @@ def default_layer(
       (and about the input's aspect ratio) for an image input, tokens ``(N, T, C)``
       on a patch grid (:func:`token_grid`) of an image input, or ``(N, t, C)`` with
       ``t > 1`` for a sequence input;
+    - is called once per forward pass (a shared layer, such as GPT-2's tied embedding that also computes
+      the logits, would need a ``call_index``: pass ``layer=`` and ``call_index=`` for one);
     - is not inside an attention layer (no ``mha/value``) and is no zero-padding layer (its added
       border rows lie outside the input, so a padded map stretched over the input is shifted:
       MobileNetV3Small at 32 px would get ``expanded_conv_8_depthwise_pad``, 3 x 3 for a 2 x 2 stage);
@@ -552,13 +556,13 @@ def default_layer(
     """
     array = inputs.arrays[input_index]
     extent = input_extent(array)
-    entries, outputs = _survey(model, inputs)
+    entries, outputs, shared = _survey(model, inputs)
     bypass = output_softmax(model, entries, outputs)
     excluded = _inside_attention(model)
     candidates = []
     for position, (layer, shape, _) in enumerate(entries):
-        if id(layer) in excluded or layer is model or isinstance(layer, _PADDING):
-            continue
+        if id(layer) in excluded or id(layer) in shared or layer is model or isinstance(layer, _PADDING):
+            continue  # (a shared layer, e.g. a tied embedding, would need a `call_index` the user never gave)
         if len(extent) == 2 and _spatial(shape, extent):
             candidates.append((layer, Layout("image", input_index, extent)))
         elif len(shape) == 3 and shape[1] > 1:

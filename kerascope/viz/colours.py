@@ -35,7 +35,7 @@ SIGN_CONVENTIONS: dict[str, str] = {
     ), "signed"),
     **dict.fromkeys((
         "gradcam", "gradcam_plusplus", "xgradcam", "layercam", "hirescam", "scorecam", "ablationcam",
-        "eigencam", "rise", "smoothgrad_squared", "vargrad",
+        "eigencam", "rise", "smoothgrad_squared", "vargrad", "attention_rollout", "gradient_rollout",
     ), "unsigned"),
 }
 

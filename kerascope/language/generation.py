@@ -229,7 +229,10 @@ def explain_generation(
             token).
         method: a gradient method run at the token embedding
             (``"integrated_gradients"``, ``"saliency"``, ``"gradient_x_input"``,
-            ``"smoothgrad"``, ... or a Method class).
+            ``"smoothgrad"``, ... or a Method class), or ``"feature_ablation"`` /
+            ``"shapley_sampling"`` over prompt segments (``segments=None``: tokens,
+            ``"words"``, or ``(start, end)`` spans; ``baseline_token=`` replaces a
+            segment's tokens; ``samples=``, ``seed=`` for Shapley sampling).
         layer: the token embedding (found by default: a KerasHub backbone's
             ``token_embedding``, else the largest ``Embedding``; a tied embedding is
             read at its first call).

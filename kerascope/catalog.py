@@ -58,6 +58,8 @@ METHODS: tuple[Entry, ...] = (
           "Positive element-wise gradient x activation products summed over channels (pytorch-grad-cam)."),
     Entry("gradcam_plusplus", "GradCAMPlusPlus", "kerascope.methods.cam_variants",
           "Grad-CAM with pixel-wise weights of positive gradients (Chattopadhay et al. 2018)."),
+    Entry("gradient_rollout", "GradientRollout", "kerascope.methods.rollout",
+          "Attention weighted by its gradient, (dA * A)^+, rolled out over the layers (Chefer et al. 2021)."),
     Entry("gradient_x_input", "GradientXInput", "kerascope.methods.gradients",
           "Input times its gradient (Shrikumar et al. 2016); for linear models the exact contribution."),
     Entry("guided_backprop", "GuidedBackprop", "kerascope.methods.gradients",

@@ -86,7 +86,8 @@ for backend in jax torch; do
            tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py
            tests/test_targets_positions.py tests/test_attention.py tests/test_language.py
            tests/test_thread_isolation.py tests/test_targets_and_heads.py tests/test_batch_invariance.py
-           tests/test_channels_first.py tests/test_cam_tied_embedding.py)
+           tests/test_channels_first.py tests/test_cam_tied_embedding.py tests/test_gradient_rollout.py
+           tests/test_generation_segments.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

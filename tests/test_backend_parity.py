@@ -36,9 +36,9 @@ TARGETS = [0, 1, 2, 1]
 PARAMS = {"samples": 8, "steps": 8, "masks": 256, "seed": 0, "batch_size": 16}
 # ShapleyExact's default 16-cell grid is 2^16 rows per sample (~460 s on PyTorch here): 2x2 cells, 16 rows
 PER_METHOD = {"shapley_exact": {"mask": np.arange(4).reshape(2, 2).repeat(8, 0).repeat(8, 1)}}
-# Attention rollout reads attention maps, which this CNN has none of; tests/test_attention.py checks it on every
-# backend against Keras' own attention scores and a numpy rollout.
-NOT_APPLICABLE = {"attention_rollout"}
+# The attention rollouts read attention maps, which this CNN has none of; tests/test_attention.py and
+# tests/test_gradient_rollout.py check them on every backend against Keras' own attention scores, autodiff and numpy.
+NOT_APPLICABLE = {"attention_rollout", "gradient_rollout"}
 TOLERANCE = 1e-4
 ROOT = Path(__file__).resolve().parents[1]
 

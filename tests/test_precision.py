@@ -320,6 +320,8 @@ def test_every_method_runs_in_bfloat16_and_leaves_the_model_unchanged():
     x = np.random.default_rng(5).random((2, 8, 8, 3)).astype("float32")
     before = _snapshot(model)
     for entry in METHODS:
+        if entry.name in ("attention_rollout", "gradient_rollout"):  # they read attention maps: this CNN has none
+            continue
         explanation = registry.build(entry.name, model, {**_SMALL.get(entry.name, {}), "precision": "bfloat16"}).explain(x, 1)
         attributions = explanation.attributions
         assert attributions.dtype == np.float32 and np.all(np.isfinite(attributions)), entry.name

@@ -183,3 +183,26 @@ def rollout(maps: Sequence[np.ndarray], residual: float = 0.5) -> np.ndarray:
     if result is None:
         raise ValueError("Attention rollout needs at least one attention map. Received: none.")
     return result.astype(np.float32)
+
+
+def gradient_rollout(weighted: Sequence[np.ndarray]) -> np.ndarray:
+    """Gradient-weighted rollout (Chefer et al. 2021) from per-layer ``(N, T, T)`` maps, first layer first.
+
+    ``weighted`` are the head means of ``(grad(A) * A)^+`` per layer. Starting
+    from ``R = I``, each layer adds its propagated relevance: ``R <- R + A_bar R``.
+    Returns ``R`` of shape ``(N, T, T)``.
+
+    Example:
+        >>> a = np.full((1, 2, 2), 0.5)
+        >>> gradient_rollout([a, a]).round(3).tolist()
+        [[[2.5, 1.5], [1.5, 2.5]]]
+    """
+    result = None
+    for a in weighted:
+        a = np.asarray(a, np.float64)
+        if result is None:
+            result = np.broadcast_to(np.eye(a.shape[-1]), a.shape).copy()
+        result = result + a @ result
+    if result is None:
+        raise ValueError("Gradient-weighted rollout needs at least one attention layer. Received: none.")
+    return result.astype(np.float32)

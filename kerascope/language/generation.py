@@ -30,6 +30,13 @@ from kerascope.language.embedding import (
     vocabulary_size,
 )
 from kerascope.language.reduce import reduce_embedding
+from kerascope.language.segments import (
+    PERTURBATIONS,
+    coalitions,
+    perturbed_sequences,
+    segment_labels,
+    segment_values,
+)
 
 ROW_KEYS = ("kerascope_position", "kerascope_token")
 
@@ -222,7 +229,10 @@ def explain_generation(
             token).
         method: a gradient method run at the token embedding
             (``"integrated_gradients"``, ``"saliency"``, ``"gradient_x_input"``,
-            ``"smoothgrad"``, ... or a Method class).
+            ``"smoothgrad"``, ... or a Method class), or ``"feature_ablation"`` /
+            ``"shapley_sampling"`` over prompt segments (``segments=None``: tokens,
+            ``"words"``, or ``(start, end)`` spans; ``baseline_token=`` replaces a
+            segment's tokens; ``samples=``, ``seed=`` for Shapley sampling).
         layer: the token embedding (found by default: a KerasHub backbone's
             ``token_embedding``, else the largest ``Embedding``; a tied embedding is
             read at its first call).
@@ -260,6 +270,10 @@ def explain_generation(
     tokenizer = tokenizer_of(model, params.pop("tokenizer", None))
     reduce = params.pop("reduce", "sum")
     baseline_token = params.pop("baseline_token", None)
+    segments = params.pop("segments", None)
+    name = registry.get(method).name if isinstance(method, str) else getattr(method, "name", None)
+    if segments is not None and name not in PERTURBATIONS:
+        raise ValueError(f"`segments` are played over by {PERTURBATIONS}. Received: method={method!r}.")
     embedding, call_index = token_embedding(model, layer)
     vocab = vocabulary_size(model, embedding)
     prompt_ids = check_ids(_prompt_ids(model, prompt, tokenizer), vocab, "prompt token id")
@@ -284,6 +298,9 @@ def explain_generation(
     inputs = _model_inputs(view, np.repeat(sequence[None], rows, axis=0), _fixed_length(model))
     inputs["kerascope_position"] = (start - 1 + np.arange(rows)).astype(np.int32)
     inputs["kerascope_token"] = continuation_ids.astype(np.int32)
+    if name in PERTURBATIONS:
+        return _by_segments(view, name, sequence, prompt_ids, continuation_ids, segments, baseline_token,
+                            tokenizer, vocab, params)
     if baseline_token is not None:  # the path starts at this token's embedding, at every position
         filler = check_ids(np.asarray([baseline_token]), vocab, "baseline_token")[0]
         params["baseline"] = {**inputs, "token_ids": np.full_like(inputs["token_ids"], filler)}
@@ -304,6 +321,46 @@ def explain_generation(
         method=explanation.method,
         params={**explanation.params, "reduce": reduce},
         extras={k: np.asarray(v) for k, v in (explanation.extras or {}).items()},
+    )
+
+
+def _by_segments(view: LogProbModel, name: str, sequence: np.ndarray, prompt_ids: np.ndarray,
+                 continuation_ids: np.ndarray, segments: Any, baseline_token: Any, tokenizer: Any, vocab: int | None,
+                 params: dict[str, Any]) -> GenerationExplanation:
+    """Ablation / Shapley sampling over prompt segments: every coalition x row scored in one batched pass."""
+    from kerascope.core.engine import engine_for
+    from kerascope.language.tokens import _pad_id
+
+    batch_size = params.pop("batch_size", 32)
+    samples, seed = params.pop("samples", 25), params.pop("seed", 0)
+    if params:
+        raise ValueError(f"Unknown parameters for {name} over prompt segments. Received: {sorted(params)}. "
+                         "Expected: segments, baseline_token, batch_size, samples, seed, tokenizer.")
+    if not isinstance(samples, (int, np.integer)) or samples < 1:
+        raise ValueError(f"`samples` (permutations) must be an int >= 1. Received: samples={samples!r}.")
+    baseline = _pad_id(tokenizer) if baseline_token is None else baseline_token
+    baseline = int(check_ids(np.asarray([baseline]), vocab, "baseline_token")[0])
+    start, rows, size = len(prompt_ids), len(continuation_ids), len(sequence)
+    labels = segment_labels(start, segments, token_strings(tokenizer, prompt_ids))
+    k = int(labels.max()) + 1
+    present, orders = coalitions(name, k, int(samples), seed)
+    tiled = np.repeat(perturbed_sequences(sequence, labels, present, baseline), rows, axis=0)  # coalition-major
+    inputs = _model_inputs(view, tiled, _fixed_length(view.lm))
+    inputs["kerascope_position"] = np.tile(start - 1 + np.arange(rows), len(present)).astype(np.int32)
+    inputs["kerascope_token"] = np.tile(continuation_ids, len(present)).astype(np.int32)
+    scores = engine_for(view).scores(inputs, 0, batch_size)[0].reshape(len(present), rows).astype(np.float64)
+    values = segment_values(name, scores, orders, k)
+    per_token = np.zeros((rows, size), np.float32)
+    per_token[:, :start] = np.where(labels >= 0, values[:, np.maximum(labels, 0)], 0.0)
+    extras = {"segment_attributions": values.astype(np.float32), "segment_labels": labels}
+    if orders is not None:
+        extras["base_scores"] = scores[0].astype(np.float32)  # every segment replaced
+    full = scores[0] if orders is None else scores[k]
+    return GenerationExplanation(
+        token_attributions=per_token, attributions=per_token.sum(axis=0), token_ids=sequence, prompt_ids=prompt_ids,
+        continuation_ids=continuation_ids, log_probs=full.astype(np.float32),
+        tokens=token_strings(tokenizer, sequence), method=name,
+        params={"segments": segments, "baseline_token": baseline, "samples": samples, "seed": seed}, extras=extras,
     )
 
 

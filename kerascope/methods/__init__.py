@@ -18,7 +18,7 @@ from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, Integr
 from kerascope.methods.lrp import LRP
 from kerascope.methods.perturbation import RISE, Occlusion
 from kerascope.methods.registry import available, build, describe, get, register
-from kerascope.methods.rollout import AttentionRollout
+from kerascope.methods.rollout import AttentionRollout, GradientRollout
 from kerascope.methods.sensitivity import HSIC, Sobol
 from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
 from kerascope.methods.xrai import XRAI

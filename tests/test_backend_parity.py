@@ -35,7 +35,12 @@ TARGETS = [0, 1, 2, 1]
 # Small but non-trivial hyper-parameters so that all methods run in seconds on every backend.
 PARAMS = {"samples": 8, "steps": 8, "masks": 256, "seed": 0, "batch_size": 16}
 # ShapleyExact's default 16-cell grid is 2^16 rows per sample (~460 s on PyTorch here): 2x2 cells, 16 rows
-PER_METHOD = {"shapley_exact": {"mask": np.arange(4).reshape(2, 2).repeat(8, 0).repeat(8, 1)}}
+PER_METHOD = {
+    "shapley_exact": {"mask": np.arange(4).reshape(2, 2).repeat(8, 0).repeat(8, 1)},
+    # the conductance family attributes through a layer the user names (a unit of it, for NeuronConductance)
+    "layer_conductance": {"layer": "conv2"}, "internal_influence": {"layer": "conv2"},
+    "neuron_conductance": {"layer": "conv2", "neuron": (1, 2, 3)},
+}
 # The attention rollouts read attention maps, which this CNN has none of; tests/test_attention.py and
 # tests/test_gradient_rollout.py check them on every backend against Keras' own attention scores, autodiff and numpy.
 NOT_APPLICABLE = {"attention_rollout", "gradient_rollout"}

@@ -258,9 +258,9 @@ class Sobol(GlobalSensitivity):
         for position in plan.index:
             if not np.issubdtype(inputs.arrays[position].dtype, np.floating):
                 raise UnsupportedModelError(
-                    f"Sobol interpolates features between the input and the baseline; input {position} holds "
-                    f"integer ids (dtype {inputs.arrays[position].dtype}). Use HSIC (binary masks), KernelSHAP or "
-                    "FeatureAblation on token inputs."
+                    f"Sobol interpolates features between the input and the baseline, so it needs float inputs. "
+                    f"Received: input {position} of dtype {inputs.arrays[position].dtype} (integer ids). Use HSIC "
+                    "(binary masks), KernelSHAP or FeatureAblation on token inputs."
                 )
         scores, resolved = forward_scores(self.engine, inputs, targets, self.batch_size)
         n = self.samples

@@ -39,7 +39,7 @@ PER_METHOD = {
     "shapley_exact": {"mask": np.arange(4).reshape(2, 2).repeat(8, 0).repeat(8, 1)},
     # the conductance family attributes through a layer the user names (a unit of it, for NeuronConductance)
     "layer_conductance": {"layer": "conv2"}, "internal_influence": {"layer": "conv2"},
-    "neuron_conductance": {"layer": "conv2", "neuron": (1, 2, 3)},
+    "neuron_conductance": {"layer": "bn", "neuron": (4, 5, 1)},  # before any ReLU: a unit that is never dead
 }
 # The attention rollouts read attention maps, which this CNN has none of; tests/test_attention.py and
 # tests/test_gradient_rollout.py check them on every backend against Keras' own attention scores, autodiff and numpy.

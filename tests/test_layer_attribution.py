@@ -287,5 +287,7 @@ def test_guided_methods_warn_on_a_model_without_relu():
         np.testing.assert_allclose(e.attributions, ks.Saliency(model).explain(x, targets=0).attributions, rtol=1e-6)
     relu = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="relu"), keras.layers.Dense(2)])
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
+        # the guided warning must not fire on a ReLU model (a zero map for an input whose ReLU path is dead may
+        # still be said, by ExplanationWarning: with 5 random hidden units that depends on the backend's init)
+        warnings.filterwarnings("error", message=".*EQUALS the plain gradient", category=UserWarning)
         ks.GuidedBackprop(relu).explain(x, targets=0)

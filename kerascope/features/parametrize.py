@@ -10,10 +10,12 @@ differentiated on TensorFlow, JAX and PyTorch.
   frequency gets the same power as in natural images), divided by 4, colours decorrelated with
   Lucid's ImageNet colour matrix, then ``sigmoid``.
 * ``"maco"`` (Fel et al. 2023, magnitude-constrained optimisation): only the phase of the spectrum
-  is optimised, the magnitude is fixed. The magnitude here is the ``1 / f`` law of natural images
-  (the Fourier scale above); Xplique downloads an ImageNet average spectrum instead, which
-  kerascope never does. The phase and image are standardised per image, colours recorrelated,
-  then ``sigmoid``, as in Xplique's ``maco_image_parametrization``.
+  is optimised, the magnitude is fixed. The phase and image are standardised per image, colours
+  recorrelated, then ``sigmoid``, as in Xplique's ``maco_image_parametrization``. The magnitude is
+  a parameter: an array (e.g. Xplique's ImageNet average spectrum, if you have the file; resized
+  bilinearly to the image's spectrum as Xplique does), the mean Fourier amplitude of your own
+  images (:func:`spectrum_magnitude`, as Xplique's ``init_maco_buffer(dataset=...)``), or by
+  default the ``1 / f`` law of natural images (the Fourier scale above), which needs no download.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import keras
 import numpy as np
+
+from kerascope.numeric.resize import upsample
 
 PARAMETRIZATIONS = ("pixel", "fourier", "maco")
 
@@ -111,8 +115,10 @@ class Parametrization:
         self.decay_power = decay_power
 
     @staticmethod
-    def create(name: str, shape: tuple[int, int, int]) -> Parametrization:
+    def create(name: str, shape: tuple[int, int, int], magnitude: Any = None) -> Parametrization:
         """The parametrisation called ``name`` (``"pixel"``, ``"fourier"`` or ``"maco"``).
+
+        ``magnitude`` is MaCo's fixed spectrum magnitude (``None``: the ``1 / f`` law).
 
         Example:
             >>> type(Parametrization.create("maco", (4, 4, 3))).__name__
@@ -122,6 +128,13 @@ class Parametrization:
         if name not in kinds:
             raise ValueError(
                 f"Unknown parametrization. Received: parametrization={name!r}. Expected one of {list(kinds)}."
+            )
+        if name == "maco":
+            return MaCo(shape, magnitude=magnitude)
+        if magnitude is not None:
+            raise ValueError(
+                "A spectrum magnitude is used by the MaCo parametrisation only. Received: "
+                f"parametrization={name!r} with a magnitude. Pass parametrization='maco', or no magnitude."
             )
         return kinds[name](shape)
 
@@ -187,12 +200,44 @@ class Fourier(Parametrization):
 class MaCo(Fourier):
     """Magnitude-constrained Fourier parametrisation (Fel et al. 2023): only the phase is optimised.
 
+    ``magnitude``: the fixed spectrum magnitude, ``(h', w')`` (every colour channel) or
+    ``(c, h', w')``, resized bilinearly to the image's half spectrum ``(h, w // 2 + 1)`` if its size
+    differs (as Xplique resizes its ImageNet spectrum); ``None``: the ``1 / f`` law of natural
+    images (Lucid's Fourier scale). Only its shape matters, not its scale: the image is
+    standardised.
+
     Example:
         >>> MaCo((6, 6, 3)).param_shape()
+        (3, 6, 4)
+        >>> MaCo((6, 6, 3), magnitude=np.ones((3, 12, 7))).magnitude().shape
         (3, 6, 4)
     """
 
     name = "maco"
+
+    def __init__(self, shape: tuple[int, int, int], decay_power: float = 1.0, magnitude: Any = None) -> None:
+        super().__init__(shape, decay_power)
+        self._fixed = None if magnitude is None else self._checked_magnitude(magnitude)
+
+    def _spectrum_shape(self) -> tuple[int, int]:
+        return self.shape[0], self._even_width() // 2 + 1
+
+    def _checked_magnitude(self, magnitude: Any) -> np.ndarray:
+        array = np.asarray(magnitude, np.float64)
+        channels = self.shape[2]
+        if array.ndim == 2:
+            array = array[None]
+        if array.ndim != 3 or array.shape[0] not in (1, channels) or min(array.shape[1:]) < 1:
+            raise ValueError(
+                f"A MaCo magnitude must be (h, w) or (channels, h, w) with {channels} channels. Received: "
+                f"magnitude of shape {np.shape(magnitude)} for images of shape {self.shape}."
+            )
+        if not np.all(np.isfinite(array)) or array.min() < 0 or array.max() <= 0:
+            raise ValueError(
+                "A MaCo magnitude must be finite, non-negative and not all zero. Received: values from "
+                f"{np.nanmin(array):.3g} to {np.nanmax(array):.3g}."
+            )
+        return upsample(array, self._spectrum_shape()).astype(np.float32)
 
     def param_shape(self) -> tuple[int, ...]:
         return super().param_shape()[1:]
@@ -201,12 +246,16 @@ class MaCo(Fourier):
         return rng.normal(scale=1.0, size=(rows, *self.param_shape())).astype(np.float32)  # Xplique's std=1
 
     def magnitude(self) -> np.ndarray:
-        """The fixed magnitude: the ``1 / f`` law of natural images (Lucid's scale), ``(h, wf)``.
+        """The fixed magnitude, ``(h, w // 2 + 1)`` (the ``1 / f`` default) or ``(c, h, w // 2 + 1)``.
+
+        Odd widths get one more column (the image is computed one pixel wider and cropped).
 
         Example:
             >>> MaCo((4, 4, 3)).magnitude().shape
             (4, 3)
         """
+        if self._fixed is not None:
+            return self._fixed
         h, w, _ = self.shape
         return fourier_scale(h, w, self.decay_power)[:, : self._even_width() // 2 + 1]
 
@@ -220,3 +269,41 @@ class MaCo(Fourier):
         image = image - keras.ops.mean(image, axis=(1, 2, 3), keepdims=True)
         image = image / (keras.ops.std(image, axis=(1, 2, 3), keepdims=True) + 1e-5)
         return keras.ops.sigmoid(_colours(image))
+
+
+def spectrum_magnitude(images: Any, image_shape: tuple[int, int, int] | None = None,
+                       batch_size: int = 64) -> np.ndarray:
+    """The mean Fourier amplitude of ``images``, ``(c, h, w // 2 + 1)``: a MaCo magnitude from your data.
+
+    As Xplique's ``init_maco_buffer(dataset=...)``: the average over the images of ``|rfft2|`` of
+    each colour channel, computed ``batch_size`` images at a time (memory bounded); an odd width is
+    padded with one zero column (the spectrum of the one-pixel-wider image MaCo computes). With
+    ``image_shape`` of another size, the spectrum is then resized bilinearly to that image's spectrum.
+
+    Example:
+        >>> x = np.random.default_rng(0).uniform(size=(5, 8, 8, 3))
+        >>> m = spectrum_magnitude(x)
+        >>> m.shape, bool(np.allclose(m, np.abs(np.fft.rfft2(x, axes=(1, 2))).mean(0).transpose(2, 0, 1), atol=1e-5))
+        ((3, 8, 5), True)
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}.")
+    if not hasattr(images, "shape") or len(images.shape) != 4 or len(images) < 1 or min(images.shape[1:]) < 1:
+        raise ValueError(
+            "`magnitude_from` must be images (N, H, W, C) with N >= 1. Received: "
+            f"{type(images).__name__} of shape {getattr(images, 'shape', None)}."
+        )
+    h, w = int(images.shape[1]), int(images.shape[2])
+    total = np.zeros((h, w // 2 + 1 + w % 2, images.shape[3]), np.float64)
+    for start in range(0, len(images), batch_size):
+        chunk = np.asarray(images[start:start + batch_size], np.float64)
+        total += np.abs(np.fft.rfft2(chunk, s=(h, w + w % 2), axes=(1, 2))).sum(axis=0)
+    magnitude = np.moveaxis(total / len(images), -1, 0).astype(np.float32)
+    if image_shape is None:
+        return magnitude
+    if int(image_shape[2]) != magnitude.shape[0]:
+        raise ValueError(
+            f"`magnitude_from` images have {magnitude.shape[0]} colour channels but the visualised images have "
+            f"{image_shape[2]}. Received: images of shape {tuple(images.shape)}, image_shape={tuple(image_shape)}."
+        )
+    return MaCo(tuple(image_shape), magnitude=magnitude).magnitude()

@@ -8,6 +8,7 @@ channel axis folded into the batch, ``batch_size`` rows at a time.
 
 from __future__ import annotations
 
+import hashlib
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 from kerascope.core.engine import engine_for
 from kerascope.core.optimize import compile_objective, fused_relu, layer_setup
 from kerascope.core.progress import progress_bar
-from kerascope.features.parametrize import Parametrization
+from kerascope.features.parametrize import MaCo, Parametrization, spectrum_magnitude
 from kerascope.features.robustness import (
     affine_matrices,
     apply_transforms,
@@ -220,6 +221,8 @@ def visualize_features(
     pre_relu: bool = True,
     batch_size: int = 16,
     progress: bool = True,
+    magnitude: Any = None,
+    magnitude_from: Any = None,
 ) -> FeatureVisualization:
     """Optimise one image per entry of ``channels`` to maximise an objective of ``layer``'s output.
 
@@ -233,6 +236,8 @@ def visualize_features(
             default the centre), ``"direction"`` (mean over positions of the dot product with a
             vector), ``"logit"`` (a class score) or a dict ``{kind: weight}`` summing kinds.
         parametrization: ``"pixel"``, ``"fourier"`` (Lucid) or ``"maco"`` (Fel et al. 2023).
+            MaCo's fixed spectrum magnitude is ``magnitude`` or the mean spectrum of ``magnitude_from``,
+            else the ``1 / f`` law of natural images (no download).
         transforms: ``"default"`` (jitter, zoom, rotation), ``None`` (off) or a dict of settings.
         regularizers: ``None`` or ``{"l1": w, "tv": w, "blur": w}`` penalties subtracted from the objective.
         steps: Adam steps (learning rate ``learning_rate``, Lucid's 0.05).
@@ -245,6 +250,10 @@ def visualize_features(
             optimises the layer's output as it is.
         batch_size: images optimised together; bounds memory.
         progress: a progress bar over the steps.
+        magnitude: MaCo only: the fixed magnitude, ``(h, w)`` or ``(channels, h, w)`` (resized to the
+            image's half spectrum ``(H, W // 2 + 1)``), e.g. an average spectrum of natural images.
+        magnitude_from: MaCo only: images ``(N, H', W', C)`` whose mean Fourier amplitude
+            (:func:`kerascope.features.parametrize.spectrum_magnitude`) is the magnitude.
 
     Cost: ``steps`` forward and backward passes per ``batch_size`` images.
 
@@ -273,7 +282,17 @@ def visualize_features(
     if not channels:
         raise ValueError("`channels` is empty. Received: channels=[]. Pass at least one channel.")
     weights = objective_weights(objective, channels, act_shape, position, layer_name)
-    param = Parametrization.create(parametrization, shape)
+    if magnitude is not None and magnitude_from is not None:
+        raise ValueError("Pass `magnitude` or `magnitude_from`, not both. Received: both.")
+    if magnitude_from is not None:
+        if parametrization != "maco":
+            raise ValueError(
+                f"`magnitude_from` sets the MaCo spectrum. Received: parametrization={parametrization!r}. "
+                "Pass parametrization='maco'."
+            )
+        magnitude = spectrum_magnitude(magnitude_from, shape, batch_size)
+    param = Parametrization.create(parametrization, shape, magnitude=magnitude)
+    spectrum = param.magnitude() if isinstance(param, MaCo) else None
     settings = resolve_transforms(transforms, shape)
     reg = resolve_regularizers(regularizers)
     rows = len(channels)
@@ -283,8 +302,10 @@ def visualize_features(
     if settings is not None:
         matrices = np.stack([affine_matrices(settings, shape, steps, rng) for rng in rngs], axis=1)  # (steps, rows, 8)
     unfused = bool(pre_relu) and fused_relu(target)
+    # one compiled step per setting, reused by later calls (MaCo's magnitude is a constant of the step)
     key = ("feature_step", id(target), position_call, parametrization, shape, settings is not None,
-           tuple(sorted(reg.items())), act_shape, unfused)  # one compiled step per setting, reused by later calls
+           tuple(sorted(reg.items())), act_shape, unfused,
+           None if spectrum is None else hashlib.sha1(spectrum.tobytes()).hexdigest())
     run = engine.memo(key, lambda: compile_objective(
         engine, target, position_call, *_step_functions(param, settings, reg),
         input_specs=[((None, *param.param_shape()), "float32"), ((None, 8), "float32"),
@@ -310,7 +331,7 @@ def visualize_features(
         channels=channels,
         params={"objective": objective, "parametrization": parametrization, "transforms": transforms,
                 "regularizers": regularizers, "steps": steps, "seed": seed, "learning_rate": learning_rate,
-                "pre_relu": unfused},
+                "pre_relu": unfused, **({} if magnitude is None else {"magnitude": "from images" if magnitude_from is not None else "given"})},
     )
 
 

@@ -121,3 +121,26 @@ def test_the_concepts_page_lists_the_best_crops_by_importance(tmp_path):
     first = int(np.argmax(c.importances))
     assert text.index(f"concept {first}:") < text.index(f"concept {1 - first}:")
     assert len(list(tmp_path.glob("concept_*.png"))) == 6
+
+
+def test_batch_size_changes_nothing_but_memory():
+    """Crops, activations and Sobol designs are streamed batch_size rows at a time: same concepts, same numbers."""
+    model = _model()
+    x, _ = _images(6, seed=3)
+    whole = ks.CRAFT(model, layer="feat", n_concepts=2, patch_size=4, designs=8, batch_size=1000).fit(x, 0)
+    streamed = ks.CRAFT(model, layer="feat", n_concepts=2, patch_size=4, designs=8, batch_size=5).fit(x, 0)
+    np.testing.assert_allclose(streamed.concepts, whole.concepts, atol=1e-6)
+    np.testing.assert_allclose(streamed.importances, whole.importances, atol=1e-6)
+    np.testing.assert_allclose(streamed.transform(x), whole.transform(x), atol=1e-6)
+    # the best crops are cut again from the inputs: equal to slicing every crop at once
+    every = crops(x, 4)
+    order = np.argsort(-whole.crop_coefficients, axis=0)[:3]
+    np.testing.assert_array_equal(streamed.best_crops(3), np.stack([every[order[:, j]] for j in range(2)]))
+    assert not hasattr(streamed, "crop_images")  # no copy of all crops is kept
+
+
+def test_a_layer_without_channels_is_refused():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"),
+                              keras.layers.Lambda(lambda t: keras.ops.sum(t, axis=-1), name="total")])
+    with pytest.raises(ValueError, match="no channel axis.*Received: layer='total'"):
+        ks.CRAFT(model, layer="total", n_concepts=1).fit(np.ones((3, 4), np.float32))

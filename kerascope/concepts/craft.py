@@ -30,24 +30,54 @@ def _replace_output(output: Any, rebuilt: Any) -> Any:
     return keras.ops.cast(rebuilt, output.dtype)
 
 
+def crop_boxes(image_size: tuple[int, int], patch_size: int) -> np.ndarray:
+    """``(boxes, 2)`` top-left corners of the square crops of one image (stride 80% of ``patch_size``, as Xplique).
+
+    Example:
+        >>> crop_boxes((8, 8), 4).tolist()
+        [[0, 0], [0, 3], [3, 0], [3, 3]]
+    """
+    h, w = image_size
+    if isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer)) or not 1 <= patch_size <= min(h, w):
+        raise ValueError(
+            f"`patch_size` must be between 1 and the image size {min(h, w)}. Received: patch_size={patch_size!r}."
+        )
+    stride = max(1, int(patch_size * 0.8))
+    return np.array([(t, left) for t in range(0, h - patch_size + 1, stride)
+                     for left in range(0, w - patch_size + 1, stride)], np.int64)
+
+
+def crop_rows(images: Any, patch_size: int, rows: np.ndarray) -> np.ndarray:
+    """The crops of flat indices ``rows`` (``image * boxes + box``) resized to the image size, float32.
+
+    Only the images those rows come from are read, so a chunk of rows costs a chunk of memory.
+
+    Example:
+        >>> x = np.arange(2 * 8 * 8 * 1, dtype="float32").reshape(2, 8, 8, 1)
+        >>> bool(np.array_equal(crop_rows(x, 8, np.array([1]))[0], x[1]))
+        True
+    """
+    n, h, w, c = images.shape
+    boxes = crop_boxes((h, w), patch_size)
+    image, box = np.divmod(np.asarray(rows, np.int64), len(boxes))
+    out = np.empty((len(image), patch_size, patch_size, c), np.float32)
+    for i, (picture, (top, left)) in enumerate(zip(image, boxes[box])):  # gather: one slice per crop of the chunk
+        out[i] = images[picture, top:top + patch_size, left:left + patch_size]
+    return resize_maps(out, (h, w)).astype(np.float32)
+
+
 def crops(images: np.ndarray, patch_size: int) -> np.ndarray:
-    """Square crops of ``patch_size`` (stride 80% of it, as Xplique) resized back to the image size.
+    """Every square crop of ``patch_size`` (stride 80% of it, as Xplique) resized back to the image size.
+
+    All at once: :class:`CRAFT` itself reads them ``batch_size`` at a time with :func:`crop_rows`.
 
     Example:
         >>> crops(np.zeros((2, 8, 8, 3)), 4).shape
         (8, 8, 8, 3)
     """
-    n, h, w, _ = images.shape
-    if not 1 <= patch_size <= min(h, w):
-        raise ValueError(
-            f"`patch_size` must be between 1 and the image size {min(h, w)}. Received: patch_size={patch_size!r}."
-        )
-    stride = max(1, int(patch_size * 0.8))
-    tops = range(0, h - patch_size + 1, stride)
-    lefts = range(0, w - patch_size + 1, stride)
-    out = [images[:, t:t + patch_size, left:left + patch_size] for t in tops for left in lefts]
-    stacked = np.stack(out, axis=1).reshape(-1, patch_size, patch_size, images.shape[-1])
-    return resize_maps(stacked, (h, w)).astype(np.float32)
+    images = np.asarray(images)
+    boxes = crop_boxes(images.shape[1:3], patch_size)
+    return crop_rows(images, patch_size, np.arange(len(images) * len(boxes)))
 
 
 def jansen_total_indices(masks_a: np.ndarray, f_a: np.ndarray, f_b: np.ndarray, f_c: np.ndarray) -> np.ndarray:
@@ -81,11 +111,13 @@ class CRAFT:
         designs: Monte-Carlo designs of the Sobol estimate per image (Xplique's ``nb_design``, 32).
         batch_size: rows per compiled call.
 
-    After :meth:`fit`: ``concepts`` ``(k, channels)`` (unit rows), ``importances`` ``(k,)``,
-    ``crop_coefficients`` ``(crops, k)`` and ``crop_images`` (for each concept's best crops:
-    :meth:`best_crops`).
+    After :meth:`fit`: ``concepts`` ``(k, channels)`` (unit rows), ``importances`` ``(k,)`` and
+    ``crop_coefficients`` ``(crops, k)`` (each concept's best crops: :meth:`best_crops`).
 
     Cost: one forward pass per crop, a factorisation, and ``designs x (k + 2)`` forward passes per image.
+    Memory is bounded by ``batch_size``: crops, activations and Sobol designs are made ``batch_size``
+    rows at a time; kept are the ``(crops, channels)`` matrix that is factorised and a reference
+    to the inputs (the crops are cut again when shown).
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -135,8 +167,34 @@ class CRAFT:
             )
         return np.maximum(out, 0.0)
 
+    def _row_count(self) -> int:
+        """Rows of the factorisation: crops of every input (``patch_size``) or the inputs."""
+        if self.patch_size is None:
+            return len(self._inputs)
+        return len(self._inputs) * len(crop_boxes(self._inputs.shape[1:3], self.patch_size))
+
+    def rows(self, indices: np.ndarray) -> np.ndarray:
+        """The factorised rows of ``indices``: crops (``patch_size``, resized) or inputs, float32.
+
+        Rebuilt on demand from the inputs given to :meth:`fit` (a reference to them is kept, no copy).
+
+        Example:
+            >>> import keras, numpy as np
+            >>> m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="c"),
+            ...                       keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+            >>> c = CRAFT(m, "c", 2, patch_size=4).fit(np.random.default_rng(0).uniform(size=(3, 8, 8, 3)), 0)
+            >>> c.rows(np.array([0, 5])).shape
+            (2, 8, 8, 3)
+        """
+        if self.patch_size is None:
+            return np.asarray(self._inputs[np.asarray(indices)], np.float32)
+        return crop_rows(self._inputs, self.patch_size, indices)
+
     def fit(self, inputs: Any, targets: Any = None) -> CRAFT:
         """Extract the concepts from ``inputs`` and estimate their importance for ``targets``.
+
+        Memory: the crops and activations are made ``batch_size`` rows at a time; what is kept is
+        the ``(rows, channels)`` matrix of position-averaged activations that is factorised.
 
         Example:
             >>> import keras, numpy as np
@@ -145,17 +203,23 @@ class CRAFT:
             >>> CRAFT(m, "h", 2).fit(np.random.default_rng(0).uniform(size=(6, 4)), 1).importances.shape
             (2,)
         """
-        x = np.asarray(inputs, np.float32)
-        source = crops(x, self.patch_size) if self.patch_size is not None else x
-        acts = self.activations(source)
-        rows = acts.reshape(len(acts), -1, acts.shape[-1]).mean(axis=1)  # positions averaged (Xplique)
-        if len(rows) < self.n_concepts:
+        x = np.asarray(inputs)
+        if self.patch_size is not None:
+            if x.ndim != 4:
+                raise ValueError(f"`patch_size` crops images (N, H, W, C). Received: inputs of shape {x.shape}.")
+            crop_boxes(x.shape[1:3], self.patch_size)  # checks the patch size before any work
+        self._inputs = x
+        total = self._row_count()
+        if total < self.n_concepts:
             raise ValueError(
-                f"Too few examples to extract {self.n_concepts} concepts: {len(rows)} rows of activations. Received: "
+                f"Too few examples to extract {self.n_concepts} concepts: {total} rows of activations. Received: "
                 f"{len(x)} inputs, patch_size={self.patch_size!r}. Pass more inputs, a patch_size, or fewer n_concepts."
             )
-        self.crop_coefficients, self.concepts = nmf(rows, self.n_concepts, self.seed)
-        self.crop_images = source
+        parts = []
+        for chunk in chunk_ranges(total, self.batch_size):
+            acts = self.activations(self.rows(chunk))
+            parts.append(acts.reshape(len(acts), -1, acts.shape[-1]).mean(axis=1))  # positions averaged (Xplique)
+        self.crop_coefficients, self.concepts = nmf(np.concatenate(parts), self.n_concepts, self.seed)
         self.importances = self.estimate_importance(x, targets)
         return self
 
@@ -176,9 +240,12 @@ class CRAFT:
             (6, 2)
         """
         concepts = self._check_fitted()
-        acts = self.activations(inputs) if activations is None else activations
-        flat = nnls(acts.reshape(-1, acts.shape[-1]), concepts)
-        return flat.reshape(*acts.shape[:-1], len(concepts)).astype(np.float32)
+        if activations is not None:
+            flat = nnls(activations.reshape(-1, activations.shape[-1]), concepts)
+            return flat.reshape(*activations.shape[:-1], len(concepts)).astype(np.float32)
+        x = np.asarray(inputs)
+        return np.concatenate([self.transform(None, self.activations(x[chunk]))  # batch_size inputs at a time
+                               for chunk in chunk_ranges(len(x), self.batch_size)])
 
     def concept_maps(self, inputs: Any) -> np.ndarray:
         """Per-image concept maps ``(N, H, W, k)`` at the input size (an image layer's coefficients, resized).
@@ -212,7 +279,7 @@ class CRAFT:
         """
         self._check_fitted()
         order = np.argsort(-self.crop_coefficients, axis=0)[:count]  # (count, k)
-        return np.stack([self.crop_images[order[:, j]] for j in range(self.n_concepts)])
+        return np.stack([self.rows(order[:, j]) for j in range(self.n_concepts)])
 
     def save(self, directory: str | Path, count: int = 5) -> Path:
         """Write each concept's best crops as PNGs and an ``index.html`` page (concepts by importance).
@@ -265,24 +332,30 @@ class CRAFT:
         concepts = self._check_fitted()
         prepared = Inputs(np.asarray(inputs, np.float32))
         _, resolved = self.engine.scores(prepared, targets, self.batch_size)
-        acts = self.activations(prepared.arrays[0])
-        coefficients = self.transform(None, activations=acts)  # (N, ..., k)
         k, designs = len(concepts), self.designs
         rng = np.random.default_rng(self.seed)
         a, b = rng.uniform(size=(2, designs, k))
         c = np.stack([np.where(np.arange(k) == i, b, a) for i in range(k)])  # column i of A from B
         masks = np.concatenate([a, b, c.reshape(-1, k)]).astype(np.float32)  # (designs (k + 2), k)
         per_image = len(masks)
-        scorer = self.engine.scorer(prepared, layer=self.layer, transform=_replace_output,
-                                    extra_spec=((None, *acts.shape[1:]), "float32"))
-        scores = np.empty(len(acts) * per_image, np.float32)
-        spatial = (1,) * (acts.ndim - 2)
-        for rows in chunk_ranges(len(scores), self.batch_size):  # (image, design) pairs folded into the batch
-            image, design = rows // per_image, rows % per_image
-            scaled = coefficients[image] * masks[design].reshape(len(rows), *spatial, k)
-            rebuilt = (scaled @ concepts).astype(np.float32)
-            scores[rows] = scorer([a_[image] for a_ in prepared.arrays], resolved[image].astype(np.int32), rebuilt)[0]
-        scores = scores.reshape(len(acts), per_image)
+        count = len(prepared.arrays[0])
+        scores = np.empty(count * per_image, np.float32)
+        scorer = None
+        for images in chunk_ranges(count, self.batch_size):  # batch_size images' activations at a time
+            acts = self.activations(prepared.arrays[0][images])
+            coefficients = self.transform(None, activations=acts)  # (chunk, ..., k)
+            if scorer is None:
+                scorer = self.engine.scorer(prepared, layer=self.layer, transform=_replace_output,
+                                            extra_spec=((None, *acts.shape[1:]), "float32"))
+            spatial = (1,) * (acts.ndim - 2)
+            for rows in chunk_ranges(len(images) * per_image, self.batch_size):  # (image, design) pairs as a batch
+                local, design = rows // per_image, rows % per_image
+                image = images[local]
+                scaled = coefficients[local] * masks[design].reshape(len(rows), *spatial, k)
+                rebuilt = (scaled @ concepts).astype(np.float32)
+                scores[images[0] * per_image + rows] = scorer([a_[image] for a_ in prepared.arrays],
+                                                              resolved[image].astype(np.int32), rebuilt)[0]
+        scores = scores.reshape(count, per_image)
         indices = [jansen_total_indices(a, s[:designs], s[designs:2 * designs], s[2 * designs:].reshape(k, designs))
                    for s in scores]
         return np.mean(indices, axis=0)

@@ -44,6 +44,7 @@ _LAZY: dict[str, str] = {
     "TokenExplanation": "kerascope.language.tokens",
     "load_model": "kerascope.io.models",
     "rebuild_report": "kerascope.report.rebuild",
+    "add_feature_grid": "kerascope.report.features",
     "FeatureVisualization": "kerascope.features.visualize",
     "CRAFT": "kerascope.concepts.craft",
     "TCAV": "kerascope.concepts.tcav",
@@ -97,5 +98,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
     from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401
     from kerascope.methods import *  # noqa: F401,F403
+    from kerascope.report.features import add_feature_grid  # noqa: F401
     from kerascope.report.rebuild import rebuild_report  # noqa: F401
     from kerascope.viz.plots import plot_grid, plot_sequence, plot_tabular, plot_tokens  # noqa: F401

@@ -1,7 +1,7 @@
-"""What a layer has learned: feature visualisation vs tf-keras-vis, TCAV vs Captum (same CPU, one process).
+"""What a layer has learned: feature visualisation vs tf-keras-vis and Xplique, TCAV vs Captum (same CPU, one process).
 
-Xplique's ``optimize`` is not measured: every Xplique release pins ``tensorflow<=2.20`` and installing it
-would replace this project's TensorFlow.
+Xplique 2.x pins ``tensorflow<=2.20``; installed with ``--no-deps`` (as scripts/test.sh does) it imports and
+runs on this project's TensorFlow 2.21 / Keras 3, so its scenario runs in the project's own environment.
 """
 
 from __future__ import annotations
@@ -60,6 +60,56 @@ def feature_vis_vs_tf_keras_vis(options: Options) -> list[dict]:
     ours(), peer()  # compile both once
     times = rotating_times({"kerascope": ours, "tf-keras-vis": peer}, rounds=options.repeats)
     return _summary(times, "kerascope", "tf-keras-vis", {"size": size, "channels": count, "steps": steps})
+
+
+def _conv_model(size: int):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((size, size, 3)), keras.layers.Conv2D(16, 3, activation="relu", name="c1"),
+        keras.layers.Conv2D(32, 3, strides=2, activation="relu", name="c2"), keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(10),
+    ])
+
+
+def _vs_xplique(options: Options, transforms: bool) -> list[dict]:
+    from xplique.features_visualizations import Objective, optimize
+
+    import kerascope as ks
+
+    size, count, steps = (32, 4, 16) if options.quick else (64, 8, 64)
+    model = _conv_model(size)
+    channels = list(range(count))
+    objective = Objective.channel(model, "c2", channels)
+
+    def peer() -> None:  # Adam(0.05), Fourier basis with colour decorrelation, sigmoid: as ours
+        optimize(objective, nb_steps=steps, use_fft=True, custom_shape=None,
+                 transformations="standard" if transforms else None)
+
+    def ours() -> None:
+        ks.visualize_features(model, layer="c2", channels=channels, parametrization="fourier",
+                              transforms="default" if transforms else None, steps=steps, pre_relu=False,
+                              progress=False)
+
+    ours(), peer()  # compile both once (Xplique traces its step again at every call: that is part of its cost)
+    times = rotating_times({"kerascope": ours, "xplique": peer}, rounds=options.repeats)
+    return _summary(times, "kerascope", "xplique", {"size": size, "channels": count, "steps": steps,
+                                                    "transforms": "default" if transforms else "none"})
+
+
+@scenario("feature-vis-vs-xplique",
+          "visualize_features (Fourier, default transforms) vs Xplique's optimize (Fourier, its 'standard' "
+          "transformations), equal steps / size / channels, TensorFlow", tags=("peers",), backend="tensorflow")
+def feature_vis_vs_xplique(options: Options) -> list[dict]:
+    return _vs_xplique(options, transforms=True)
+
+
+@scenario("feature-vis-vs-xplique-plain",
+          "visualize_features vs Xplique's optimize, Fourier, no transforms on either side (equal work per step)",
+          tags=("peers",), backend="tensorflow")
+def feature_vis_vs_xplique_plain(options: Options) -> list[dict]:
+    return _vs_xplique(options, transforms=False)
 
 
 @scenario("tcav-vs-captum",

@@ -86,3 +86,22 @@ def test_the_grid_renders_in_chromium(run, browser, tmp_path, embed):
     assert len(page["images"]) == 2 * 2 + 3  # 2 inputs with one overlay each, 3 channels
     assert all(i["complete"] and i["width"] == 16 for i in page["images"]), page["images"]
     assert page["scrollWidth"] <= page["innerWidth"]
+
+
+def test_the_command_line_adds_the_grid_to_a_report(run, tmp_path, capsys):
+    import json
+
+    from kerascope.cli import main
+
+    out, result = run
+    folder = tmp_path / "r"
+    shutil.copytree(out, folder)
+    model_file = tmp_path / "m.keras"
+    keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
+                      keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)]).save(model_file)
+    assert main(["visualize", str(model_file), "--layer", "conv", "--channels", "0:2", "--steps", "2",
+                 "--out", str(tmp_path / "f"), "--report", str(folder), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    assert summary["report"] == str(folder / "index.html")
+    assert re.findall(r"<img src='([^']+)'", _section(page)) == [f"features/conv/channel_{i:03d}.png" for i in range(2)]

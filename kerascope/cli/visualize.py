@@ -53,6 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", nargs=2, type=int, metavar=("H", "W"), help="image size (default: the model's)")
     p.add_argument("--batch-size", type=int, default=16, help="images optimised together (default 16)")
+    p.add_argument("--report", metavar="RESULTS_DIR",
+                   help="also show the grid in the HTML report of RESULTS_DIR (written by `kerascope explain`)")
     add_output_flags(p)
     p.set_defaults(run=run)
 
@@ -82,5 +84,10 @@ def run(args: argparse.Namespace) -> int:
     paths = result.save(args.out)
     summary = {"layer": result.layer, "images": [str(p) for p in paths], "index": f"{args.out}/index.html",
                "final_objective": [float(c[-1]) for c in result.objective]}
-    emit(args, summary, f"wrote {len(paths)} images and {args.out}/index.html")
+    if args.report:
+        from kerascope.report.features import add_feature_grid
+
+        summary["report"] = str(add_feature_grid(args.report, result))
+    emit(args, summary, f"wrote {len(paths)} images and {args.out}/index.html"
+         + (f"; added the grid to {summary['report']}" if args.report else ""))
     return 0

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import engine_for
-from kerascope.core.progress import Progress, progress_scope
+from kerascope.core.progress import Progress, method_passes, progress_scope
 from kerascope.io.display import read_display_image
 from kerascope.io.images import check_image_size, load_images, model_image_size
 from kerascope.io.paths import prepare_output_dir
@@ -221,7 +221,7 @@ def explain_images(
                     own.setdefault("layer", layer)
                 method = build(spec, model, own, _common_for(spec, own, common))
                 label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
-                with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
+                with progress_scope(len(batch), label, progress, passes=method_passes(method)):  # moves after every chunk of the method's work
                     explanation = method.explain(batch.inputs, targets)
                 chosen = method.resolved_params(batch.inputs[:1]).get("layer")
                 if chosen is not None:

@@ -106,3 +106,19 @@ def map_quantity(method: str, params: Mapping[str, Any] | None = None, kind: str
     quantity, unit = FAMILIES[family]
     word = ATTRIBUTED_TO.get(kind, "input")
     return Quantity(family, quantity.replace("{x}", word), unit.replace("{x}", word))
+
+
+#: Families whose maps are a layer's spatial map drawn over the image, even when a layer is named.
+SPATIAL_FAMILIES = ("cam", "score cam", "principal component", "guided cam")
+
+
+def attribution_kind(method: str, layer: str | None) -> str:
+    """``"layer"`` when a method's map attributes to an inner layer's activations, else ``"image"``.
+
+    A CAM's layer is where its map is read, not what it attributes to.
+
+    Example:
+        >>> attribution_kind("saliency", "conv"), attribution_kind("gradcam", "conv"), attribution_kind("saliency", None)
+        ('layer', 'image', 'image')
+    """
+    return "layer" if layer and map_quantity(method).family not in SPATIAL_FAMILIES else "image"

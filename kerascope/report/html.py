@@ -72,7 +72,8 @@ class ReportEntry:
     ``wide`` pictures (figures of sequences, tables, text) take a whole row of the grid each;
     ``layers`` maps a method to the layer its map comes from (a CAM's feature layer, a gradient
     method's attribution layer), named on its panel; ``classes`` is how many classes the model
-    has (the table says "top k of N").
+    has (the table says "top k of N"); ``quantities`` maps a method to its map's
+    ``quantity [unit]`` for panels without a colour scale here (figures that draw their own bar).
 
     Example:
         >>> ReportEntry("cat.png", "images/cat.png", [("cat", 0.9)]).name
@@ -90,6 +91,7 @@ class ReportEntry:
     wide: bool = False
     layers: dict[str, str] = field(default_factory=dict)
     classes: int | None = None
+    quantities: dict[str, str] = field(default_factory=dict)
 
 
 def _cell(value: Any) -> str:
@@ -351,7 +353,9 @@ def render(
                 f"<figure class='method{' wide' if entry.wide else ''}' data-method='{_e(method)}'><img src='{_e(_src(path, base))}' "
                 f"alt='{_e(method)} for {_e(entry.name)}'><figcaption><b>{_e(method)}</b>"
                 + (f"<div class='panel'>{''.join(panel)}</div>" if panel else "")
-                + f"{_colour_bar(entry.scales.get(method), entry.target, method)}</figcaption></figure>"
+                + (_colour_bar(entry.scales.get(method), entry.target, method) if method in entry.scales else
+                   f"<div class='quantity'>{_e(entry.quantities[method])}</div>" if entry.quantities.get(method) else "")
+                + "</figcaption></figure>"
             )
         parts.append(
             f"<section class='card entry'><h2>{_e(entry.name)}</h2>"
@@ -493,9 +497,9 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
             if not isinstance(scales, dict) or not isinstance(details, dict):
                 raise TypeError("an entry's 'scales' and 'details' must be objects")
             probability = e.get("target_probability")
-            layers, classes = e.get("layers") or {}, e.get("classes")
-            if not isinstance(layers, dict):
-                raise TypeError("an entry's 'layers' must be an object")
+            layers, classes, quantities = e.get("layers") or {}, e.get("classes"), e.get("quantities") or {}
+            if not isinstance(layers, dict) or not isinstance(quantities, dict):
+                raise TypeError("an entry's 'layers' and 'quantities' must be objects")
             parsed.append(ReportEntry(
                 name=str(e["name"]), image=e["image"],
                 predictions=[(str(label), float("nan") if s is None else float(s)) for label, s in e["predictions"]],
@@ -506,6 +510,7 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
                 details={str(k): str(v) for k, v in details.items()},
                 wide=bool(e.get("wide", False)),
                 layers={str(k): str(v) for k, v in layers.items()},
+                quantities={str(k): str(v) for k, v in quantities.items()},
                 classes=classes if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0 else None,
             ))
         data["entries"] = parsed

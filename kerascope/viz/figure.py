@@ -10,6 +10,7 @@ their title and description / subject fields.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,12 +201,13 @@ def explanation_figure(
         ax.set_xticks([])
         ax.set_yticks([])
     mappable = ScalarMappable(Normalize(scale.low, scale.high), _bar_colormap(scale, alpha if image is not None else 1.0))
-    bar = figure.colorbar(mappable, ax=list(axes), orientation="vertical", fraction=0.05, pad=0.02, shrink=0.9)
-    bar.set_label(f"{facts['quantity']} [{facts['unit']}]", fontsize=7)
+    bar = figure.colorbar(mappable, ax=axes[-1], orientation="horizontal", fraction=0.06, pad=0.03, aspect=25)
+    width = size[0] / panels  # inches under the overlay: wrap the label to fit there
+    bar.set_label(textwrap.fill(f"{facts['quantity']} [{facts['unit']}]", max(24, int(width * 72 / 4.2))), fontsize=7)
     bar.ax.tick_params(labelsize=7)
-    legible_ticks(figure, bar, symmetric=scale.signed)
     figure.text(0.5, 0.005, caption(facts), ha="center", va="bottom", fontsize=8, wrap=True)
     figure.get_layout_engine().set(h_pad=0.25)
+    legible_ticks(figure, bar, symmetric=scale.signed, gap=6.0)  # measured in the final layout
     figure.kerascope_facts = facts  # type: ignore[attr-defined]
     return figure
 

@@ -35,6 +35,8 @@ LABEL_PROBE = """JSON.stringify({
   heads: Array.from(document.querySelectorAll('table.preds th:first-child')).map(t => t.innerText),
   entries: Array.from(document.querySelectorAll('section.entry')).map(s => ({
     name: s.querySelector('h2').innerText,
+    tableInside: s.querySelector('table.preds').getBoundingClientRect().right
+                 <= s.querySelector('figure.input').getBoundingClientRect().right + 1,
     panels: Array.from(s.querySelectorAll('figure.method')).map(f => ({
       method: f.dataset.method,
       target: (f.querySelector('.panel .target') || {}).innerText || null,
@@ -76,7 +78,8 @@ def test_every_panel_names_method_target_layer_quantity_and_scale_in_chromium(ru
     out = runs["per_image"]
     page = browser.open((out / "index.html").as_uri(), tmp_path / "labels.png", probe=LABEL_PROBE)
     assert page["errors"] == [] and page["dialogs"] == []
-    assert page["note"].startswith("Colour scales: per image.") and "--shared-scale" in page["note"]
+    assert page["note"].startswith("Colour scales: per image.") and "--shared-scale (shared_scale=True)" in page["note"]
+    assert all(entry["tableInside"] for entry in page["entries"])  # "top 2 of 3 classes" wraps, no overlap
     assert page["heads"] == ["top 2 of 3 classes"] * 2
     saved = {m: Explanation.load(out / f"{m}.npz") for m in METHODS}
     assert [e["name"] for e in page["entries"]] == ["img0.png", "img1.png"]

@@ -46,6 +46,7 @@ figcaption{font-size:12px;color:#444;margin-top:4px;max-width:512px} figcaption 
 .legend{font-size:11.5px;color:#444;margin-top:2px}
 .panel{font-size:12px;color:#333;margin:2px 0} .panel span+span:before{content:" \\00b7  ";color:#999}
 .quantity{font-size:11.5px;color:#222;margin-top:2px} .scale-note{font-size:13px;color:#333;margin:0 0 14px}
+.scale-note code{white-space:nowrap} table.preds th:first-child{white-space:normal}
 .scroll{overflow-x:auto;max-width:100%} table.preds{margin-top:4px;width:100%} table{border-collapse:collapse;font-size:13px}
 td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eee;overflow-wrap:anywhere;vertical-align:top}
 th{white-space:nowrap}
@@ -320,7 +321,8 @@ def render(
         f"<h1>{_e(title)}</h1><div class='meta'>{_e(subtitle)}</div>",
     ]
     if any(e.scales for e in entries):
-        parts.append(f"<p class='scale-note'>{_e(scale_statement(entries))}</p>")
+        note = _e(scale_statement(entries)).replace("`--shared-scale`", "<code>--shared-scale</code>")
+        parts.append(f"<p class='scale-note'>{note.replace('(shared_scale=True)', '(<code>shared_scale=True</code>)')}</p>")
     if about:
         parts.append(_about(about))
     for heading, table in (tables or {}).items():

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from kerascope.core.engine import engine_for
-from kerascope.core.progress import Progress, progress_scope
+from kerascope.core.progress import Progress, method_passes, progress_scope
 from kerascope.io.display import read_display_image
 from kerascope.io.images import check_image_size, load_images, model_image_size
 from kerascope.io.paths import prepare_output_dir
@@ -21,7 +21,10 @@ from kerascope.io.preprocessing import resolve_preprocess
 from kerascope.io.staging import check_reusable, staged
 from kerascope.methods.registry import build, check_common, method_name
 from kerascope.report.about import page_facts
+from kerascope.report.figures import write_figures
 from kerascope.report.html import ReportEntry, write_report
+from kerascope.viz.colours import shared_limit
+from kerascope.viz.figure import check_figure_formats
 from kerascope.viz.overlay import check_overlay_options, save_scaled_overlay
 
 
@@ -126,6 +129,10 @@ def explain_images(
     common_params: dict[str, Any] | None = None,
     model_path: str | Path | None = None,
     overwrite: bool = False,
+    shared_scale: bool = False,
+    figures: Sequence[str] = (),
+    figure_size: tuple[float, float] = (6.4, 3.2),
+    figure_dpi: int = 200,
 ) -> RunSummary:
     """Explain image files: writes ``OUT/overlays/*.png``, ``OUT/<method>.npz`` and ``OUT/index.html``.
 
@@ -151,7 +158,13 @@ def explain_images(
     the longest side and never smaller than the model input (:func:`kerascope.io.display.display_size`);
     ``cmap=None`` colours signed methods on ``RdBu_r`` centred at zero and unsigned ones on
     ``magma`` (:mod:`kerascope.viz.colours`). ``model_path`` (the model file) adds its SHA-256 to
-    the report's "About this page" box.
+    the report's "About this page" box. Each panel names its method, target, layer and the map's
+    quantity and unit; ``shared_scale=True`` puts every panel of a method on one colour scale
+    (default: each image its own, and the page says which).
+
+    ``figures`` (e.g. ``("png", "svg")``) also writes a publication figure per image and method in
+    ``OUT/figures/`` (:func:`kerascope.viz.figure.explanation_figure`: input, overlay, colour bar with
+    unit, caption; PNG files carry the same facts as text chunks), ``figure_size`` inches at ``figure_dpi``.
 
     Example:
         >>> import kerascope as ks, tempfile
@@ -178,6 +191,7 @@ def explain_images(
         channels = model_image_size(model)[2] if getattr(model, "inputs", None) else 3
     size = check_image_size(size, count=max(1, len(paths)), channels=channels)
     names = [method_name(m) for m in methods]
+    formats = check_figure_formats(figures)
     check_common(list(methods), {**({} if layer is None else {"layer": layer}), **(common_params or {})})
     out = prepare_output_dir(out_dir)
     check_reusable(out, overwrite)
@@ -214,6 +228,7 @@ def explain_images(
             common: dict[str, Any] = {"batch_size": batch_size}
             common.update(common_params or {})
             with_cam = any(_is_cam(spec) for spec in methods)
+            figure_jobs: list[tuple[Any, str, float | None]] = []
             for k, (spec, name) in enumerate(zip(methods, names), 1):
                 own = dict(params.get(name, {}))
                 # `layer` names the CAM layer; without a CAM in the run, the layer gradient methods attribute at
@@ -221,22 +236,28 @@ def explain_images(
                     own.setdefault("layer", layer)
                 method = build(spec, model, own, _common_for(spec, own, common))
                 label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
-                with progress_scope(len(batch), label, progress):  # moves after every chunk of the method's work
+                with progress_scope(len(batch), label, progress, passes=method_passes(method)):  # moves after every chunk of the method's work
                     explanation = method.explain(batch.inputs, targets)
                 chosen = method.resolved_params(batch.inputs[:1]).get("layer")
                 if chosen is not None:
                     summary.layers[name] = str(chosen)
                 explanation.extras.update(paths=np.array([str(p) for p in batch.paths]), preprocess=preprocess,
-                                          preprocess_reason=preprocess_reason, layer=summary.layers.get(name))
+                                          preprocess_reason=preprocess_reason, layer=summary.layers.get(name),
+                                          model=model.name)
                 explanation.save(stage / f"{name}.npz")
                 explained = explanation.targets
                 method_facts[name] = {**explanation.params, "layer": summary.layers.get(name) or explanation.layer}
+                kind = "layer" if summary.layers.get(name) and not _is_cam(spec) else "image"
+                limit = shared_limit(explanation.attributions, name, explanation.params) if shared_scale else None
                 for i, stem in enumerate(stems):
                     rel = f"overlays/{stem}_{name}.png"
                     scale = save_scaled_overlay(stage / rel, shown[i], explanation.attributions[i], method=name,
-                                                params=explanation.params, cmap=cmap, alpha=alpha)
+                                                params=explanation.params, cmap=cmap, alpha=alpha, limit=limit,
+                                                kind=kind)
                     overlays[stem][name] = rel
                     scales[stem][name] = scale.as_dict()
+                if formats:
+                    figure_jobs.append((explanation, kind, limit))
             names = list(class_names) if class_names else [str(i) for i in range(probs.shape[-1])]
             for i, (stem, path) in enumerate(zip(stems, batch.paths)):
                 order = np.argsort(-probs[i])[:top_k]
@@ -246,8 +267,14 @@ def explain_images(
                 if explained is not None and 0 <= int(explained[i]) < probs.shape[-1]:
                     probability = float(probs[i, int(explained[i])])
                 entries.append(ReportEntry(path.name, f"inputs/{stem}.png", top, overlays[stem], target,
-                                           scales=scales[stem], target_probability=probability))
+                                           scales=scales[stem], target_probability=probability,
+                                           layers={m: summary.layers[m] for m in overlays[stem] if m in summary.layers},
+                                           classes=int(probs.shape[-1])))
                 summary.predictions[str(path)] = top[0][0]
+            for explanation, kind, limit in figure_jobs:
+                write_figures(stage / "figures", explanation, shown, stems, formats, model_name=model.name,
+                              class_names=names, cmap=cmap, alpha=alpha, limit=limit, kind=kind,
+                              size=figure_size, dpi=figure_dpi)
             summary.processed = len(batch)
         layers = "; ".join(f"{name} layer {path}" for name, path in summary.layers.items())
         report = write_report(

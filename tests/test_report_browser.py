@@ -273,9 +273,11 @@ class Browser:
         while not any(e.get("method") == method and e.get("sessionId") == session for e in self.events):
             self._on_event(self._read(max(deadline - time.monotonic(), 0.01)), session)
 
-    def open(self, url: str, screenshot: Path, width: int = 1100, mobile: bool = False) -> dict:
+    def open(self, url: str, screenshot: Path, width: int = 1100, mobile: bool = False,
+             probe: str = LAYOUT_PROBE) -> dict:
         """Load ``url`` at a window ``width``; return its images' load state, layout facts (overflow, the
-        methods' order, colour bars), console errors, exceptions and dialogs."""
+        methods' order, colour bars; or what another ``probe`` expression returns as JSON), console errors,
+        exceptions and dialogs."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
@@ -289,7 +291,7 @@ class Browser:
             "expression": "JSON.stringify(Array.from(document.images).map(i => "
                           "({src: i.getAttribute('src').slice(0, 60), complete: i.complete, width: i.naturalWidth})))",
             "returnByValue": True}, session=session)["result"]["value"]
-        layout = self.send("Runtime.evaluate", {"expression": LAYOUT_PROBE, "returnByValue": True},
+        layout = self.send("Runtime.evaluate", {"expression": probe, "returnByValue": True},
                            session=session)["result"]["value"]
         shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session)
         screenshot.write_bytes(base64.b64decode(shot["data"]))

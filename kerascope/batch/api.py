@@ -20,7 +20,7 @@ from kerascope.batch import shards as sh
 from kerascope.batch.collector import Collector
 from kerascope.batch.sources import fingerprint, open_source
 from kerascope.batch.worker import BatchExplainer, WorkerConfig
-from kerascope.core.progress import bar_format
+from kerascope.core.progress import new_bar
 from kerascope.io.images import check_image_size
 from kerascope.io.paths import prepare_output_dir
 from kerascope.io.preprocessing import resolve_preprocess
@@ -496,10 +496,7 @@ def _record_throughput(summary: BatchSummary, collector: Collector, compute_star
 def _progress_bar(total: int, enabled: bool) -> Any:
     if not enabled or total == 0:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="img", desc="kerascope batch", smoothing=0.1, dynamic_ncols=True,
-                bar_format=bar_format(total), miniters=0)
+    return new_bar(total, "kerascope batch", miniters=0)
 
 
 def read(out_dir: str | Path, columns: Sequence[str] | None = None, *, verify: bool = True) -> Any:

@@ -54,6 +54,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="matplotlib colormap for overlays (default: RdBu_r centred at 0 for signed methods, magma "
                    "for unsigned ones)")
     p.add_argument("--alpha", type=float, default=0.6, help="overlay opacity (default: 0.6)")
+    p.add_argument("--shared-scale", action="store_true",
+                   help="one colour scale for every panel of a method (default: each image its own)")
+    p.add_argument("--figures", nargs="?", const="png,svg", default="", metavar="FORMATS",
+                   help="also write publication figures (input, overlay, colour bar with unit, caption) to "
+                   "OUT/figures/: png, svg and/or pdf (default when given alone: png,svg)")
+    p.add_argument("--figure-size", type=float, nargs=2, default=(6.4, 3.2), metavar=("W", "H"),
+                   help="figure size in inches (default: 6.4 3.2)")
+    p.add_argument("--figure-dpi", type=int, default=200, help="figure resolution (default: 200)")
     add_image_flags(p)
     add_output_flags(p)
     p.set_defaults(run=run)
@@ -90,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
 
     # every option is checked before the model is loaded or anything is computed
     check_overlay_options(args.cmap, args.alpha)
+    from kerascope.viz.figure import check_figure_formats
+
+    check_figure_formats(args.figures)
     for name in args.method or ["gradcam"]:
         get(name)
     if args.batch_size < 1:
@@ -124,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
         progress=chatty,
         model_path=args.model,
         overwrite=args.overwrite,
+        shared_scale=args.shared_scale,
+        figures=check_figure_formats(args.figures),
+        figure_size=tuple(args.figure_size),
+        figure_dpi=args.figure_dpi,
     )
     if chatty and summary.layers:
         stderr("layers: " + ", ".join(f"{name}: {path}{_grid(model, path)}" for name, path in summary.layers.items()))

@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "magma for unsigned ones)")
     p.add_argument("--alpha", type=float, default=0.6, help="opacity of redrawn overlays (default: 0.6)")
     p.add_argument("--embed", action="store_true", help="inline the pictures: index.html works as a single file")
+    p.add_argument("--shared-scale", action="store_true",
+                   help="redraw with one colour scale for every panel of a method (default: each image its own)")
     add_output_flags(p)
     p.set_defaults(run=run)
 
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         cmap=args.cmap,
         alpha=args.alpha,
         embed_images=args.embed,
+        shared_scale=args.shared_scale,
         progress=not (args.quiet or args.json),
     )
     data = read_report_data(path.parent) or {}

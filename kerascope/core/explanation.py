@@ -200,6 +200,37 @@ class Explanation:
 
         return plot_explanation(self, inputs, **kwargs)
 
+    def figure(self, inputs: Any = None, index: int = 0, **kwargs: Any) -> Any:
+        """A publication figure of sample ``index``: input, overlay, colour bar with unit, caption.
+
+        ``inputs`` is the batch that was explained (or ``None``: the file in ``extras["paths"]``
+        when there is one, else the map alone); keyword arguments go to
+        :func:`kerascope.viz.figure.explanation_figure` (``model_name``, ``class_names``, ``size``, ...).
+
+        Example:
+            >>> import numpy as np
+            >>> e = Explanation(np.random.rand(2, 8, 8), "gradcam", {}, np.array([0, 1]), np.ones(2))
+            >>> e.figure(np.random.rand(2, 8, 8, 3), index=1).kerascope_facts["target"]
+            '1'
+        """
+        from kerascope.viz.figure import explanation_figure, input_image
+
+        return explanation_figure(self, input_image(self, inputs, index), index, **kwargs)
+
+    def save_figure(self, path: str | Path, inputs: Any = None, index: int = 0, *,
+                    size: tuple[float, float] = (6.4, 3.2), dpi: int = 200, **kwargs: Any) -> Path:
+        """Save :meth:`figure` as PNG, SVG or PDF (from the suffix), ``size`` inches at ``dpi``, with metadata.
+
+        Example:
+            >>> import numpy as np, tempfile, os
+            >>> e = Explanation(np.random.rand(1, 8, 8), "gradcam", {}, np.array([0]), np.ones(1))
+            >>> e.save_figure(os.path.join(tempfile.mkdtemp(), "f.svg"), dpi=50).suffix
+            '.svg'
+        """
+        from kerascope.viz.figure import save_explanation_figure
+
+        return save_explanation_figure(self.figure(inputs, index, size=size, **kwargs), path, dpi=dpi)
+
     def _repr_html_(self) -> str:
         from kerascope.viz.notebook import explanation_html
 

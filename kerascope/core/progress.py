@@ -10,12 +10,19 @@ with samples per second and an ETA, without the methods knowing about it:
 * a loop's rows map linearly onto the samples (rows of folded variants are sample-major);
 * a loop at least as large as the ones before it (the main loop after a short clean pass)
   takes over the bar, which restarts its clock so the rate and ETA are the main loop's;
-  smaller loops after it (a final check) leave the bar alone.
+  smaller loops after it (a final check) leave the bar alone;
+* a method that runs several equal passes over the samples (Guided Grad-CAM: the CAM, then
+  guided backpropagation) says so with ``passes=`` (a method's ``progress_passes``): pass ``k``
+  of ``P`` moves the bar from ``k/P`` to ``(k+1)/P``, so one bar moves once through all of
+  them; a loop that holds other loops (the method's own loop over chunks of samples) covers
+  every pass;
+* the bar moves after each chunk but counts whole samples done (``89% 7/8``, never ``7.11/8``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -69,43 +76,99 @@ Progress = bool | Callable[[ProgressEvent], Any] | None
 
 
 def bar_format(total: int) -> str:
-    """tqdm's ``bar_format`` for a bar whose count moves in fractions of a sample (after each chunk).
+    """The ``bar_format`` of :func:`new_bar`: the share of the work done, then whole samples done of ``total``.
+
+    The bar moves after every chunk (fractions of a sample); ``{done}`` is the count of whole samples
+    finished (``89% 7/8``, never ``7.11/8``).
 
     Example:
         >>> bar_format(3)
-        '{desc}: {percentage:3.0f}%|{bar}| {n:.3g}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]'
+        '{desc}: {percentage:3.0f}%|{bar}| {done}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]'
     """
-    count = "{n:.3g}" if total < 10 else "{n:.0f}"
-    return "{desc}: {percentage:3.0f}%|{bar}| " + count + "/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+    return "{desc}: {percentage:3.0f}%|{bar}| {done}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+
+
+def new_bar(total: int, description: str = "", *, unit: str = "img", **kwargs: Any) -> Any:
+    """A tqdm bar (on standard error, or a notebook widget) that shows whole samples done (:func:`bar_format`).
+
+    Example:
+        >>> import io
+        >>> bar = new_bar(8, "demo", file=io.StringIO())
+        >>> bar.update(7.11); bar.format_dict["done"]
+        7
+        >>> bar.close()
+    """
+    from tqdm.auto import tqdm
+
+    class WholeBar(tqdm):  # type: ignore[misc, valid-type]
+        @property
+        def format_dict(self) -> dict[str, Any]:
+            values = super().format_dict
+            values["done"] = int(math.floor(float(values["n"]) + 1e-9))
+            return values
+
+    options = {"smoothing": 0.1, "dynamic_ncols": True, "bar_format": bar_format(total), **kwargs}
+    return WholeBar(total=total, desc=description, unit=unit, **options)
+
+
+def method_passes(method: Any) -> int:
+    """How many equal passes over the samples a method runs (its ``progress_passes``, default 1).
+
+    Example:
+        >>> method_passes(object())
+        1
+    """
+    passes = getattr(method, "progress_passes", 1)
+    return passes if isinstance(passes, int) and passes >= 1 else 1
 
 
 class _Scope:
     """The chunk listener behind :func:`progress_scope` (see the module docstring)."""
 
-    def __init__(self, total: int, description: str, unit: str, bar: Any, callback: Any, external: bool) -> None:
+    def __init__(self, total: int, description: str, unit: str, bar: Any, callback: Any, external: bool,
+                 passes: int = 1) -> None:
         self.total, self.description, self.unit = total, description, unit
         self.bar, self.callback, self.external = bar, callback, external
+        self.passes = max(1, int(passes))
         self.depth = 0
         self.largest = 0
         self.position = 0.0
+        self.pass_index = 0
+        self.base, self.span = 0.0, float(total) / self.passes  # where the current loop moves the bar
+        self.major: int | None = None  # the size of the loop that moves the bar, while it runs
+        self.completed = False  # the last loop that moved the bar ran to its end
         self.started = time.perf_counter()
 
     # --- ChunkListener --------------------------------------------------------------
     def start(self, total: int) -> int | None:
         self.depth += 1
-        if self.depth > 1 or total <= 0 or total < self.largest:
+        if self.depth > 1:
+            if self.major is not None and self.depth == 2 and self.passes > 1:
+                self.span = self.total - self.base  # an outer loop: it covers every pass
             return None
-        if self.position > 0:  # a new pass at least as large takes over: restart the clock
-            self._move(0.0, restart=True)
+        if total <= 0 or total < self.largest:
+            return None
+        if self.position > 0:
+            if self.passes > 1 and self.completed and total == self.largest and self.pass_index + 1 < self.passes:
+                self.pass_index += 1  # the next pass continues the bar
+                self.base, self.span = self.position, (self.total - self.position) / (self.passes - self.pass_index)
+            else:  # a pass at least as large takes over: restart the clock
+                self.pass_index = 0
+                self.base, self.span = 0.0, float(self.total) / self.passes
+                self._move(0.0, restart=True)
         self.largest = total
+        self.major, self.completed = total, False
         return total
 
     def advance(self, token: int | None, done: int) -> None:
         if token is not None:
-            self._move(self.total * done / token)
+            self._move(self.base + self.span * done / token)
+            self.completed = done >= token
 
     def stop(self, token: int | None) -> None:
         self.depth -= 1
+        if token is not None:
+            self.major = None
 
     # --- the bar ----------------------------------------------------------------------
     def _move(self, position: float, restart: bool = False) -> None:
@@ -139,6 +202,7 @@ def progress_scope(
     unit: str = "img",
     bar: Any = None,
     leave: bool = True,
+    passes: int = 1,
 ) -> Iterator[Any]:
     """Show progress over ``total`` samples for the work done inside, chunk by chunk.
 
@@ -146,7 +210,8 @@ def progress_scope(
     :class:`ProgressEvent` after every chunk) or false (nothing; also when a scope is
     already active, so an outer scope is never doubled). ``bar`` is an existing tqdm bar to
     move while inside (its owner adds the finished samples itself; what the scope added is
-    taken back on exit). ``leave=False`` clears the bar when done.
+    taken back on exit). ``leave=False`` clears the bar when done. ``passes``: how many equal
+    passes over the samples the work makes (see the module docstring; :func:`method_passes`).
 
     Example:
         >>> from kerascope.numeric.chunking import chunk_ranges
@@ -163,11 +228,8 @@ def progress_scope(
     callback = progress if callable(progress) and progress is not True else None
     external = bar is not None
     if bar is None and callback is None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, desc=description, unit=unit, bar_format=bar_format(total), smoothing=0.1,
-                   dynamic_ncols=True, leave=leave, miniters=0)  # redraw per chunk (rate-limited by time)
-    scope = _Scope(total, description, unit, bar, callback, external)
+        bar = new_bar(total, description, unit=unit, leave=leave, miniters=0)  # redraw per chunk (rate-limited)
+    scope = _Scope(total, description, unit, bar, callback, external, passes)
     failed = False
     try:
         with listening(scope):

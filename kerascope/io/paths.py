@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -144,6 +145,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write text to a temporary file in the same folder and rename it over ``path``.
 
     A symbolic link at ``path`` is replaced, never followed, so the write stays in its folder.
+    The file gets the mode of any other new file (``0o666`` less the user's umask).
 
     Example:
         >>> import tempfile, os
@@ -151,7 +153,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         'hi'
     """
     path = Path(path)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)

@@ -1,7 +1,7 @@
 """Writing a run's files into a folder all at once: staged beside the old run, swapped in when complete.
 
 ``kerascope explain`` writes ``index.html``, ``report.json``, ``summary.json``, ``<method>.npz``,
-``inputs/`` and ``overlays/``. A folder that already holds any of them (an earlier run, or the user's own
+``inputs/``, ``overlays/`` and (``--figures``) ``figures/``. A folder that already holds any of them (an earlier run, or the user's own
 ``index.html``) is refused unless ``overwrite``; the new files are written into a hidden folder inside
 the output folder and moved into place only when every one was written, so a failure (a full disk, an
 interruption) leaves the folder as it was: all of the old run, never a mix.
@@ -19,7 +19,7 @@ from pathlib import Path
 from kerascope.io.paths import OutputFolderError
 
 #: What an ``explain`` run writes at the top of its folder (besides ``<method>.npz``).
-RUN_ENTRIES = ("index.html", "report.json", "summary.json", "inputs", "overlays")
+RUN_ENTRIES = ("index.html", "report.json", "summary.json", "inputs", "overlays", "figures")
 _STAGE_PREFIX = ".kerascope-new-"
 _OLD_PREFIX = ".kerascope-old-"
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}

@@ -14,7 +14,7 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import iter_layers
 from kerascope.core.precision import check_precision, model_reduced_dtype
-from kerascope.core.progress import Progress, progress_scope
+from kerascope.core.progress import Progress, method_passes, progress_scope
 from kerascope.core.threads import single_threaded_blas
 from kerascope.numeric.chunking import check_batch_size
 
@@ -279,7 +279,7 @@ class Method:
         # then the inputs, before any method-specific pass (the same eager pass counts the probed layer's calls)
         prepared = self.engine.check_inputs(inputs, self._probed_layers())
         with self.engine.check_on_error(prepared), single_threaded_blas(), progress_scope(
-            prepared.num_samples, self.name, self.progress
+            prepared.num_samples, self.name, self.progress, passes=method_passes(self)
         ):
             result = self._explain(prepared, targets)
         check_explanation(result, self)  # a zero map or a missed completeness is said, never passed silently

@@ -523,6 +523,7 @@ class GuidedGradCAM(CAM):
     name = "guided_gradcam"
     description = "Guided backprop multiplied by the upsampled Grad-CAM map (Selvaraju et al. 2017)."
     aliases = ("guided_grad_cam",)
+    progress_passes = 2  # the CAM, then guided backpropagation: one progress bar through both
 
     def _explain_chunk(
         self, inputs: Inputs, targets: Any

@@ -13,18 +13,19 @@ the page (see :mod:`kerascope.report.rebuild`).
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from kerascope.io.paths import UnsafePathError, atomic_write_text, inside, sniff_image
+from kerascope.io.paths import atomic_write_text
+from kerascope.report.safe_html import _e, _src, picture_problem, sanitize_html
+
+__all__ = ["ReportEntry", "TableData", "html_table", "picture_problem", "read_report_data", "render",
+           "sanitize_html", "scale_statement", "write_report"]
 
 _CSS = """
 *{box-sizing:border-box}
@@ -43,6 +44,9 @@ figcaption{font-size:12px;color:#444;margin-top:4px;max-width:512px} figcaption 
 .bar{height:10px;border:1px solid #bbb;border-radius:2px;margin-top:4px}
 .ticks{display:flex;justify-content:space-between;font-size:11px;color:#555;font-variant-numeric:tabular-nums}
 .legend{font-size:11.5px;color:#444;margin-top:2px}
+.panel{font-size:12px;color:#333;margin:2px 0} .panel span+span:before{content:" \\00b7  ";color:#999}
+.quantity{font-size:11.5px;color:#222;margin-top:2px} .scale-note{font-size:13px;color:#333;margin:0 0 14px}
+.scale-note code{white-space:nowrap} table.preds th:first-child{white-space:normal}
 .scroll{overflow-x:auto;max-width:100%} table.preds{margin-top:4px;width:100%} table{border-collapse:collapse;font-size:13px}
 td,th{padding:2px 8px;text-align:left;border-bottom:1px solid #eee;overflow-wrap:anywhere;vertical-align:top}
 th{white-space:nowrap}
@@ -66,7 +70,11 @@ class ReportEntry:
     scale (:meth:`kerascope.viz.colours.ColourScale.as_dict`), drawn as a colour bar with a
     legend under the overlay; ``target`` is the explained class and ``target_probability`` its probability;
     ``details`` are extra facts shown under the heading (e.g. ``{"CAM layer": "conv3"}``);
-    ``wide`` pictures (figures of sequences, tables, text) take a whole row of the grid each.
+    ``wide`` pictures (figures of sequences, tables, text) take a whole row of the grid each;
+    ``layers`` maps a method to the layer its map comes from (a CAM's feature layer, a gradient
+    method's attribution layer), named on its panel; ``classes`` is how many classes the model
+    has (the table says "top k of N"); ``quantities`` maps a method to its map's
+    ``quantity [unit]`` for panels without a colour scale here (figures that draw their own bar).
 
     Example:
         >>> ReportEntry("cat.png", "images/cat.png", [("cat", 0.9)]).name
@@ -82,10 +90,9 @@ class ReportEntry:
     scales: dict[str, dict[str, Any]] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
     wide: bool = False
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    layers: dict[str, str] = field(default_factory=dict)
+    classes: int | None = None
+    quantities: dict[str, str] = field(default_factory=dict)
 
 
 def _cell(value: Any) -> str:
@@ -137,133 +144,6 @@ def html_table(data: TableData) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-_DATA_URI = re.compile(r"^data:image/(png|jpeg);base64,[A-Za-z0-9+/=]*$")
-
-
-def _src(path: str, base: Path | None) -> str:
-    """The ``src`` of a picture: the relative path, or a data URI when ``base`` is given (embedding).
-
-    Only PNG / JPEG files inside ``base`` are embedded (links followed, bytes checked); anything
-    else raises :class:`~kerascope.io.paths.UnsafePathError`, so no other file is ever read.
-    """
-    if path.startswith("data:"):
-        if not _DATA_URI.match(path):
-            raise UnsafePathError(f"Refusing a picture that is not a PNG/JPEG data URI. Received: {path[:40]!r}.")
-        return path
-    if base is None:
-        return path
-    file = inside(base, path)
-    kind = sniff_image(file) if file.is_file() else None
-    if kind is None:
-        raise UnsafePathError(f"Refusing to embed a file that is not a PNG or JPEG image. Received: path={path!r}.")
-    return f"data:image/{kind};base64," + base64.b64encode(file.read_bytes()).decode()
-
-
-def picture_problem(folder: str | Path, path: str) -> str | None:
-    """Why ``path`` (relative to ``folder``) may not be shown in a report, or ``None`` when it may.
-
-    A picture must be a PNG or JPEG file inside ``folder``; links that leave it are refused.
-
-    Example:
-        >>> import tempfile
-        >>> picture_problem(tempfile.mkdtemp(), "../../etc/passwd")[:21]
-        'leads outside the res'
-    """
-    if path.startswith("data:"):
-        return None if _DATA_URI.match(path) else "is a data URI that is not a PNG/JPEG image"
-    try:
-        file = inside(folder, path)
-    except UnsafePathError:
-        return "leads outside the results folder; not shown"
-    if not file.is_file():
-        return "is missing; not shown"
-    if sniff_image(file) is None:
-        return "is not a PNG or JPEG image; not shown"
-    return None
-
-
-_ALLOWED_TAGS = {"table", "thead", "tbody", "tr", "th", "td", "caption", "figure", "figcaption", "img", "b", "i",
-                 "em", "strong", "br", "p", "span", "div", "code", "pre", "ul", "ol", "li", "h3", "h4"}
-_VOID_TAGS = {"img", "br"}
-_DROP_CONTENT = {"script", "style", "iframe", "object", "embed", "template", "noscript", "svg", "math", "title"}
-_CLASS = re.compile(r"^[A-Za-z0-9 _-]{0,40}$")
-
-
-class _Sanitizer(HTMLParser):
-    def __init__(self, folder: Path | None, embed: bool) -> None:
-        super().__init__(convert_charrefs=True)
-        self.folder, self.embed = folder, embed
-        self.out: list[str] = []
-        self.stack: list[str] = []
-        self.skipping = 0
-        self.refused: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _DROP_CONTENT:
-            self.skipping += 1
-            return
-        if self.skipping or tag not in _ALLOWED_TAGS:
-            return
-        values = {k: v or "" for k, v in attrs}
-        kept = ""
-        if "class" in values and _CLASS.match(values["class"]):
-            kept += f" class='{_e(values['class'])}'"
-        if tag == "img":
-            src = values.get("src", "")
-            problem = "no folder to check it against" if self.folder is None else picture_problem(self.folder, src)
-            if problem is not None:
-                self.refused.append(f"{src}: {problem}")
-                return
-            kept += f" src='{_e(_src(src, self.folder if self.embed else None))}' alt='{_e(values.get('alt', ''))}'"
-        self.out.append(f"<{tag}{kept}>")
-        if tag not in _VOID_TAGS:
-            self.stack.append(tag)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _DROP_CONTENT:
-            return
-        self.handle_starttag(tag, attrs)
-        if tag not in _VOID_TAGS and self.stack and self.stack[-1] == tag:
-            self.handle_endtag(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _DROP_CONTENT:
-            self.skipping = max(0, self.skipping - 1)
-            return
-        if self.skipping or tag not in self.stack:
-            return
-        while self.stack:
-            top = self.stack.pop()
-            self.out.append(f"</{top}>")
-            if top == tag:
-                break
-
-    def handle_data(self, data: str) -> None:
-        if not self.skipping:
-            self.out.append(_e(data))
-
-    def result(self) -> str:
-        self.close()
-        return "".join(self.out) + "".join(f"</{t}>" for t in reversed(self.stack))
-
-
-def sanitize_html(text: str, folder: str | Path | None = None, embed: bool = False) -> tuple[str, list[str]]:
-    """Rebuild untrusted HTML from a whitelist: returns ``(safe html, refused pictures)``.
-
-    Only table, figure and text-formatting tags survive, without attributes except a plain
-    ``class`` and an ``<img>``'s ``src``/``alt``; ``src`` must be a PNG/JPEG file inside
-    ``folder`` (inlined when ``embed``). Scripts, styles, event handlers and links are
-    dropped and all text is escaped again.
-
-    Example:
-        >>> sanitize_html("<table><tr><td onclick='x()'>1 &lt; 2<script>alert(1)</script></td></tr></table>")[0]
-        '<table><tr><td>1 &lt; 2</td></tr></table>'
-    """
-    parser = _Sanitizer(Path(folder) if folder is not None else None, embed)
-    parser.feed(str(text))
-    return parser.result(), parser.refused
-
-
 def _score(value: float) -> str:
     return "–" if value is None or math.isnan(float(value)) else f"{float(value):.3f}"
 
@@ -289,7 +169,9 @@ def _checked_scale(scale: Any) -> dict[str, Any] | None:
             or not (math.isfinite(low) and math.isfinite(high) and high > low)):
         return None
     return {"stops": list(stops), "low": low, "high": high, "signed": bool(scale.get("signed")),
-            "cmap": str(scale.get("cmap", "")), "custom": scale.get("cmap") not in ("RdBu_r", "magma")}
+            "cmap": str(scale.get("cmap", "")), "custom": scale.get("cmap") not in ("RdBu_r", "magma"),
+            "quantity": str(scale.get("quantity") or ""), "unit": str(scale.get("unit") or ""),
+            "shared": bool(scale.get("shared"))}
 
 
 def _tick(value: float) -> str:
@@ -299,9 +181,11 @@ def _tick(value: float) -> str:
     return ("−" if value < 0 else "+") + text
 
 
-def _colour_bar(scale: Mapping[str, Any] | None, target: str | None) -> str:
-    """A colour bar (a CSS gradient of the scale's colours), its limits and a one-line legend."""
+def _colour_bar(scale: Mapping[str, Any] | None, target: str | None, method: str = "") -> str:
+    """A colour bar (a CSS gradient of the scale's colours), its limits, its quantity and unit, the scale it
+    is on (this image, or shared by the method's panels) and a one-line legend."""
     from kerascope.viz.colours import legend_text
+    from kerascope.viz.quantities import map_quantity
 
     checked = _checked_scale(scale)
     if checked is None:
@@ -313,12 +197,38 @@ def _colour_bar(scale: Mapping[str, Any] | None, target: str | None) -> str:
         ticks = [t.lstrip("+") for t in ticks]
     gradient = ",".join(checked["stops"])
     legend = legend_text(checked["signed"], target, checked["custom"])
+    if not checked["quantity"]:  # a report.json written before quantities were saved: the method's family
+        known = map_quantity(method)
+        checked["quantity"], checked["unit"] = known.quantity, known.unit
+    where = f"shared by every {method} panel" if checked["shared"] else "this image only"
     return (
         f"<div class='bar' role='img' aria-label='colour scale {_e(checked['cmap'])} from {_e(ticks[0])} to "
         f"{_e(ticks[2])}' style='background:linear-gradient(to right,{gradient})'></div>"
         f"<div class='ticks'>{''.join(f'<span>{_e(t)}</span>' for t in ticks)}</div>"
+        f"<div class='quantity'>{_e(checked['quantity'])} <span class='unit'>[{_e(checked['unit'])}]</span>"
+        f" · <span class='scope'>scale: {_e(where)}</span></div>"
         f"<div class='legend'>{_e(legend)}</div>"
     )
+
+
+def scale_statement(entries: Sequence[ReportEntry]) -> str:
+    """The page's sentence on colour scales: per image (the default) or shared by each method's panels.
+
+    Example:
+        >>> scale_statement([])[:40]
+        'Colour scales: per image. Each panel has'
+    """
+    shared = sorted({m for e in entries for m, sc in e.scales.items() if isinstance(sc, Mapping) and sc.get("shared")})
+    every = sorted({m for e in entries for m in e.scales})
+    if shared and shared == every:
+        return ("Colour scales: shared per method. Every panel of a method uses the same limits (the 99.5th "
+                "percentile of all its maps), so its colours compare across images, not across methods.")
+    text = ("Colour scales: per image. Each panel has its own limits (the 99.5th percentile of that map): compare "
+            "colours within a panel, not between panels (read the numbers on each bar). `--shared-scale` "
+            "(shared_scale=True) puts every panel of a method on one scale.")
+    if shared:
+        text += f" Shared by all panels: {', '.join(shared)}."
+    return text
 
 
 def _value_text(value: Any) -> str:
@@ -410,6 +320,9 @@ def render(
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1><div class='meta'>{_e(subtitle)}</div>",
     ]
+    if any(e.scales for e in entries):
+        note = _e(scale_statement(entries)).replace("`--shared-scale`", "<code>--shared-scale</code>")
+        parts.append(f"<p class='scale-note'>{note.replace('(shared_scale=True)', '(<code>shared_scale=True</code>)')}</p>")
     if about:
         parts.append(_about(about))
     for heading, table in (tables or {}).items():
@@ -423,8 +336,9 @@ def render(
             shown = "" if probability is None or math.isnan(float(probability)) else f" (p = {float(probability):.3f})"
             facts.append(f"<span>explained class: <b>{_e(entry.target)}</b>{shown}</span>")
         facts += [f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in entry.details.items()]
-        table = (f"<table class='preds'><tr><th>top classes</th><th class='num'>probability</th></tr>{preds}</table>"
-                 if entry.predictions else "")
+        heading = f"top {len(entry.predictions)} of {entry.classes} classes" if entry.classes else "top classes"
+        table = (f"<table class='preds'><tr><th>{_e(heading)}</th><th class='num'>probability</th></tr>{preds}"
+                 "</table>" if entry.predictions else "")
         cells = []
         if entry.image:
             cells.append(
@@ -434,10 +348,16 @@ def render(
         elif table:
             cells.append(f"<div>{table}</div>")
         for method, path in entry.overlays.items():
+            panel = [f"<span class='target'>target: <b>{_e(entry.target)}</b></span>"] if entry.target is not None else []
+            if entry.layers.get(method):
+                panel.append(f"<span class='layer'>layer: <b>{_e(entry.layers[method])}</b></span>")
             cells.append(
                 f"<figure class='method{' wide' if entry.wide else ''}' data-method='{_e(method)}'><img src='{_e(_src(path, base))}' "
                 f"alt='{_e(method)} for {_e(entry.name)}'><figcaption><b>{_e(method)}</b>"
-                f"{_colour_bar(entry.scales.get(method), entry.target)}</figcaption></figure>"
+                + (f"<div class='panel'>{''.join(panel)}</div>" if panel else "")
+                + (_colour_bar(entry.scales.get(method), entry.target, method) if method in entry.scales else
+                   f"<div class='quantity'>{_e(entry.quantities[method])}</div>" if entry.quantities.get(method) else "")
+                + "</figcaption></figure>"
             )
         parts.append(
             f"<section class='card entry'><h2>{_e(entry.name)}</h2>"
@@ -579,6 +499,9 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
             if not isinstance(scales, dict) or not isinstance(details, dict):
                 raise TypeError("an entry's 'scales' and 'details' must be objects")
             probability = e.get("target_probability")
+            layers, classes, quantities = e.get("layers") or {}, e.get("classes"), e.get("quantities") or {}
+            if not isinstance(layers, dict) or not isinstance(quantities, dict):
+                raise TypeError("an entry's 'layers' and 'quantities' must be objects")
             parsed.append(ReportEntry(
                 name=str(e["name"]), image=e["image"],
                 predictions=[(str(label), float("nan") if s is None else float(s)) for label, s in e["predictions"]],
@@ -588,6 +511,9 @@ def read_report_data(folder: str | Path) -> dict[str, Any] | None:
                 target_probability=None if probability is None else float(probability),
                 details={str(k): str(v) for k, v in details.items()},
                 wide=bool(e.get("wide", False)),
+                layers={str(k): str(v) for k, v in layers.items()},
+                quantities={str(k): str(v) for k, v in quantities.items()},
+                classes=classes if isinstance(classes, int) and not isinstance(classes, bool) and classes > 0 else None,
             ))
         data["entries"] = parsed
         data["about"] = dict(data.get("about") or {})

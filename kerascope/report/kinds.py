@@ -33,7 +33,8 @@ def write_data_report(
 
     Each sample gets a card with one figure per method, in the order given: the series with a
     heat strip of the attribution (sequences), a bar chart of the features (tabular) or the
-    highlighted tokens (text), each with its colour bar (:func:`kerascope.viz.plots.plot_explanation`).
+    highlighted tokens (text), each with its colour bar (:func:`kerascope.viz.plots.plot_explanation`);
+    each panel names its target, layer (when the map is a layer's) and the map's quantity and unit.
     Images use :func:`kerascope.pipeline.explain_images` instead.
 
     Args:
@@ -56,6 +57,7 @@ def write_data_report(
         'index.html'
     """
     from kerascope.viz.plots import _attributions, data_kind, plot_explanation, save_figure
+    from kerascope.viz.quantities import map_quantity
 
     named = dict(explanations) if isinstance(explanations, Mapping) else {e.method: e for e in explanations}
     if not named:
@@ -76,13 +78,18 @@ def write_data_report(
         "text": {"vocabulary": vocabulary},
     }[kind]
     files = {name: safe_name(name, fallback="method", max_length=40) for name in named}
+    quantities = {name: map_quantity(e.method, e.params, "layer" if e.layer else kind).label()
+                  for name, e in named.items()}
+    layers = {name: str(e.layer) for name, e in named.items() if e.layer}
     entries = []
     for i in range(min(count, max_samples)):
         overlays: dict[str, str] = {}
         for name, explanation in named.items():
             extra = dict(options)
-            if kind == "text" and tokens is not None:
-                extra["tokens"] = list(tokens[i])
+            if kind == "text":
+                extra["quantity"] = quantities[name]
+                if tokens is not None:
+                    extra["tokens"] = list(tokens[i])
             figure = plot_explanation(explanation, inputs, kind=kind, index=i, title=name, **extra)
             rel = f"plots/{i:04d}_{files[name]}.png"
             save_figure(figure, inside(out, rel), dpi=dpi)
@@ -90,7 +97,7 @@ def write_data_report(
         target = int(np.ravel(first.targets)[i])
         label = str(class_names[target]) if class_names and 0 <= target < len(class_names) else str(target)
         name = str(sample_names[i]) if sample_names is not None and i < len(sample_names) else f"sample {i}"
-        entries.append(ReportEntry(name, "", [], overlays, label, wide=True))
+        entries.append(ReportEntry(name, "", [], overlays, label, wide=True, layers=layers, quantities=quantities))
     return write_report(out / "index.html", entries, title=title,
                         subtitle=f"{kind} · methods {', '.join(named)} · {len(entries)} of {count} samples",
                         embed_images=embed_images)

@@ -98,6 +98,10 @@ def _relabel(label: str, class_names: Sequence[str] | None) -> str:
     return label
 
 
+def _first_input(attributions: Any) -> Any:
+    return attributions[0] if isinstance(attributions, (list, tuple)) else attributions
+
+
 def _class_name(index: int, class_names: Sequence[str] | None) -> str:
     return str(class_names[index]) if class_names and 0 <= index < len(class_names) else str(index)
 
@@ -113,6 +117,7 @@ def rebuild_report(
     alpha: float = 0.6,
     embed_images: bool = False,
     progress: bool = False,
+    shared_scale: bool = False,
 ) -> Path:
     """Rewrite ``RESULTS_DIR/index.html`` from the saved explanations and ``inputs/``; returns its path.
 
@@ -133,6 +138,8 @@ def rebuild_report(
         alpha: opacity of the colours over the (grey) image.
         embed_images: inline the pictures (single-file page).
         progress: show a progress bar while drawing overlays.
+        shared_scale: redraw every overlay with one colour scale per method (from all its maps
+            together), so that colours compare across images; default: each image its own scale.
 
     Example:
         >>> rebuild_report("no-such-folder")  # doctest: +SKIP
@@ -142,8 +149,9 @@ def rebuild_report(
     from PIL import Image
 
     from kerascope.report.about import page_facts
-    from kerascope.viz.colours import colour_scale
+    from kerascope.viz.colours import colour_scale, shared_limit
     from kerascope.viz.overlay import check_overlay_options, save_scaled_overlay
+    from kerascope.viz.quantities import attribution_kind
 
     check_overlay_options(cmap, alpha)
     out = Path(results_dir)
@@ -189,6 +197,11 @@ def rebuild_report(
         else:
             usable[method] = explanation
     file_names = _file_names(list(usable))
+    redraw = redraw or shared_scale
+    layers = {m: str(e.layer or e.extras.get("layer") or "") for m, e in usable.items()}
+    kinds = {m: attribution_kind(e.method, layers[m]) for m, e in usable.items()}
+    limits = {m: shared_limit(_first_input(e.attributions), e.method, e.params) if shared_scale else None
+              for m, e in usable.items()}
     previous = {e.image: e for e in saved.get("entries", [])}
     first = next(iter(usable.values()), None)
     paths = [str(p) for p in np.ravel(first.extras.get("paths", []))] if first is not None else []
@@ -216,8 +229,7 @@ def rebuild_report(
             except UnsafePathError as error:
                 unreadable[rel] = str(error)
                 continue
-            attribution = explanation.attributions
-            attribution = attribution[0] if isinstance(attribution, (list, tuple)) else attribution
+            attribution = _first_input(explanation.attributions)
             if redraw or not target_file.exists():
                 if not rel_image:
                     continue
@@ -225,8 +237,9 @@ def rebuild_report(
                     if pixels is None:
                         with Image.open(inside(root, rel_image)) as picture:
                             pixels = np.asarray(picture.convert("RGB"))
-                    scales[method] = save_scaled_overlay(target_file, pixels, attribution[i], method=explanation.method,
-                                                         params=explanation.params, cmap=cmap, alpha=alpha).as_dict()
+                    scales[method] = save_scaled_overlay(
+                        target_file, pixels, attribution[i], method=explanation.method, params=explanation.params,
+                        cmap=cmap, alpha=alpha, limit=limits[method], kind=kinds[method]).as_dict()
                 except (ValueError, TypeError, IndexError, OSError) as error:
                     unreadable[rel] = f"could not draw the {method} overlay: {type(error).__name__}: {error}"
                     continue
@@ -237,7 +250,8 @@ def rebuild_report(
                 scales[method] = before.scales[method]
             else:
                 try:
-                    scales[method] = colour_scale(attribution[i], explanation.method, explanation.params).as_dict()
+                    scales[method] = colour_scale(attribution[i], explanation.method, explanation.params,
+                                                  kind=kinds[method]).as_dict()
                 except (ValueError, TypeError, IndexError):
                     pass
             overlays[method] = rel
@@ -262,9 +276,13 @@ def rebuild_report(
             target = _relabel(before.target, class_names) if before and before.target is not None else None
         probability = before.target_probability if before is not None and (
             before.target is None or target == _relabel(before.target, class_names)) else None
+        shown_layers = {m: layers[m] for m in overlays if layers.get(m)}
+        if before is not None:
+            shown_layers = {**{m: v for m, v in before.layers.items() if m in overlays}, **shown_layers}
         entries.append(ReportEntry(name, rel_image, predictions, overlays, target, scales=scales,
                                    target_probability=probability,
-                                   details=dict(before.details) if before is not None else {}))
+                                   details=dict(before.details) if before is not None else {},
+                                   layers=shown_layers, classes=before.classes if before is not None else None))
     if not inputs and saved.get("entries"):
         warnings.warn(f"{out / 'inputs'} holds no images; the rebuilt report has no pictures.", stacklevel=2)
 

@@ -10,7 +10,16 @@ method's declared convention (:data:`SIGN_CONVENTIONS`, checked against its para
 from the data only for a method not listed there (signed when both signs occur).
 
 Limits are the 99.5th percentile of the magnitude, so that a few extreme pixels do not wash
-the picture out; values beyond are shown in the end colour.
+the picture out; values beyond are shown in the end colour. By default each map has its own
+limits (*per-image* scale); a *shared* scale (``shared_scale=True`` in the report, ``--shared-scale``
+on the command line) gives every map of a method the same limits, from all its maps together, so
+that colours compare across images.
+
+So that "no effect" cannot be mistaken for a light part of the image, a signed map is drawn with
+an opacity that grows with its magnitude over a *dimmed* grey copy of the image (grey values
+squeezed into ``[0.2, 0.6]``, :data:`DIMMED`): zero leaves the dim grey image uncoloured, and no
+pixel of the image is ever white. The colour bar of a signed scale shows exactly that blend over
+the middle grey.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import numpy as np
 
 DIVERGING = "RdBu_r"
 SEQUENTIAL = "magma"
+#: The grey range a signed map's image is squeezed into (no pixel of the image is near white).
+DIMMED = (0.2, 0.6)
 
 #: Each registered method's sign convention: ``"signed"`` (both signs are meaningful) or
 #: ``"unsigned"`` (non-negative importance). Parameters can change it (see :func:`sign_convention`).
@@ -105,13 +116,16 @@ class ColourScale:
     high: float
     stops: tuple[str, ...]
     legend: str
+    quantity: str = ""
+    unit: str = ""
+    shared: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (saved in ``report.json``).
 
         Example:
             >>> sorted(colour_scale(np.ones((2, 2)), "gradcam").as_dict())
-            ['cmap', 'high', 'legend', 'low', 'signed', 'stops']
+            ['cmap', 'high', 'legend', 'low', 'quantity', 'shared', 'signed', 'stops', 'unit']
         """
         data = asdict(self)
         data["stops"] = list(self.stops)
@@ -133,16 +147,60 @@ def legend_text(signed: bool, target: str | None = None, custom_cmap: bool = Fal
 
     Example:
         >>> legend_text(True, "cat")
-        "red raises the score of 'cat', blue lowers it, white: no effect"
+        "red raises the score of 'cat', blue lowers it; uncoloured (the dimmed grey image): no effect"
     """
     what = f"the score of {target!r}" if target is not None else "the score"
     if signed:
         if custom_cmap:
-            return f"right end raises {what}, left end lowers it, middle: no effect"
-        return f"red raises {what}, blue lowers it, white: no effect"
+            return f"right end raises {what}, left end lowers it; uncoloured (the dimmed grey image): no effect"
+        return f"red raises {what}, blue lowers it; uncoloured (the dimmed grey image): no effect"
     if custom_cmap:
         return f"right end: most important for {what}, left end: not at all"
     return f"brighter: more important for {what}, black: not at all"
+
+
+def signed_opacity(position: np.ndarray, alpha: float) -> np.ndarray:
+    """Opacity of a signed map's colour at ``position`` along the bar (0.5 = zero): ``alpha * sqrt(|2p - 1|)``.
+
+    Zero is fully transparent (the dimmed image shows); the square root keeps weak values visible.
+
+    Example:
+        >>> signed_opacity(np.array([0.0, 0.5, 1.0]), 0.6).tolist()
+        [0.6, 0.0, 0.6]
+    """
+    return float(alpha) * np.sqrt(np.abs(2.0 * np.asarray(position, np.float64) - 1.0))
+
+
+def _limit(attribution: np.ndarray, signed: bool, percentile: float) -> float:
+    values = reduce_for_display(np.asarray(attribution, np.float64), signed)
+    magnitude = np.abs(values[np.isfinite(values)])
+    top = float(np.percentile(magnitude, percentile)) if magnitude.size else 0.0
+    if not top > 0:
+        top = float(magnitude.max()) if magnitude.size and magnitude.max() > 0 else 1.0
+    return top
+
+
+def _signed(raw: np.ndarray, method: str, params: Mapping[str, Any] | None) -> bool:
+    convention = sign_convention(method, params)
+    return convention == "signed" if convention is not None else _data_is_signed(raw)
+
+
+def shared_limit(attributions: Any, method: str = "", params: Mapping[str, Any] | None = None, *,
+                 percentile: float = 99.5) -> float:
+    """One colour limit for several image maps of a method: the percentile of all their magnitudes together.
+
+    Pass it as ``limit=`` to :func:`colour_scale` so that every map of the method shares one scale.
+
+    Example:
+        >>> shared_limit([np.array([[1.0, 0.0]]), np.array([[4.0, 2.0]])], "gradcam", percentile=100)
+        4.0
+    """
+    maps = [np.asarray(a, np.float64) for a in attributions]
+    if not maps:
+        raise ValueError("Expected at least one attribution. Received: attributions=[].")
+    signed = any(_signed(a, method, params) for a in maps)
+    values = np.concatenate([reduce_for_display(a, signed).ravel() for a in maps])
+    return _limit(values[None], signed, percentile)
 
 
 def colour_scale(
@@ -153,58 +211,47 @@ def colour_scale(
     cmap: str | None = None,
     percentile: float = 99.5,
     stops: int = 11,
+    limit: float | None = None,
+    alpha: float = 0.6,
+    kind: str = "image",
 ) -> ColourScale:
     """The colour scale of one image attribution (see the module docstring for the conventions).
 
     Args:
         attribution: ``(H, W)`` or ``(H, W, C)`` raw values.
-        method: the method's registry name (its sign convention decides signed or unsigned).
+        method: the method's registry name (its sign convention decides signed or unsigned; its
+            family the quantity and unit, :func:`kerascope.viz.quantities.map_quantity`).
         params: the method's parameters (``absolute=True`` makes saliency unsigned).
         cmap: a matplotlib colormap instead of ``RdBu_r`` / ``magma``.
         percentile: the limit is this percentile of the magnitude.
         stops: how many colours of the bar to sample.
+        limit: a fixed limit instead (a scale shared by several maps, :func:`shared_limit`).
+        alpha: the overlay's opacity; a signed bar's colours are drawn at it over the middle grey.
+        kind: what is attributed to (``"image"``, ``"layer"``, ...) for the quantity's wording.
 
     Example:
         >>> s = colour_scale(np.array([[0.0, 1.0], [2.0, 4.0]]), "gradcam", percentile=100)
-        >>> s.cmap, s.low, s.high, s.stops[0], s.legend.split(":")[0]
-        ('magma', 0.0, 4.0, '#000004', 'brighter')
+        >>> s.cmap, s.low, s.high, s.stops[0], s.legend.split(":")[0], s.unit
+        ('magma', 0.0, 4.0, '#000004', 'brighter', 'score units')
+        >>> colour_scale(np.array([[-1.0, 1.0]]), "saliency", stops=3).stops[1]  # zero: the middle grey
+        '#666666'
     """
     import matplotlib
+
+    from kerascope.viz.quantities import map_quantity
 
     raw = np.asarray(attribution, np.float64)
-    convention = sign_convention(method, params)
-    signed = convention == "signed" if convention is not None else _data_is_signed(raw)
-    values = reduce_for_display(raw, signed)
-    magnitude = np.abs(values[np.isfinite(values)])
-    top = float(np.percentile(magnitude, percentile)) if magnitude.size else 0.0
-    if not top > 0:
-        top = float(magnitude.max()) if magnitude.size and magnitude.max() > 0 else 1.0
+    signed = _signed(raw, method, params)
+    top = float(limit) if limit is not None and float(limit) > 0 else _limit(raw, signed, percentile)
     name = cmap or (DIVERGING if signed else SEQUENTIAL)
     colormap = matplotlib.colormaps[name]
-    sampled = tuple(matplotlib.colors.to_hex(colormap(float(t))) for t in np.linspace(0.0, 1.0, stops))
-    return ColourScale(name, signed, -top if signed else 0.0, top, sampled, legend_text(signed, None, cmap is not None))
-
-
-def scaled_overlay(image: np.ndarray, attribution: np.ndarray, scale: ColourScale, *, alpha: float = 0.6) -> np.ndarray:
-    """The attribution on ``scale`` blended over a grey copy of ``image`` (RGB uint8, the image's size).
-
-    The map is resized bilinearly to the image (which may be larger than the model input);
-    the image is shown in grey so that the only colours are the map's, as on the colour bar.
-
-    Example:
-        >>> s = colour_scale(np.array([[-1.0, 1.0]]), "saliency")
-        >>> o = scaled_overlay(np.zeros((2, 4, 3)), np.array([[-1.0, 1.0]]), s, alpha=1.0)
-        >>> o.shape, o[0, 0].tolist(), o[0, -1].tolist()
-        ((2, 4, 3), [5, 48, 97], [103, 0, 31])
-    """
-    import matplotlib
-
-    from kerascope.viz.overlay import _resize, to_display
-
-    base = to_display(image)
-    grey = base @ np.array([0.299, 0.587, 0.114])
-    values = reduce_for_display(attribution, scale.signed).astype(np.float32)
-    values = _resize(values, grey.shape[:2])
-    colours = matplotlib.colormaps[scale.cmap](scale.normalise(values))[..., :3]
-    blended = (1 - alpha) * grey[..., None] + alpha * colours
-    return np.round(np.clip(blended, 0, 1) * 255).astype(np.uint8)
+    positions = np.linspace(0.0, 1.0, stops)
+    colours = colormap(positions)[:, :3]
+    if signed:  # what the overlay shows over the middle grey of the dimmed image
+        grey = sum(DIMMED) / 2
+        opacity = signed_opacity(positions, alpha)[:, None]
+        colours = (1 - opacity) * grey + opacity * colours
+    sampled = tuple(matplotlib.colors.to_hex(c) for c in colours)
+    quantity = map_quantity(method, params, kind)
+    return ColourScale(name, signed, -top if signed else 0.0, top, sampled, legend_text(signed, None, cmap is not None),
+                       quantity.quantity, quantity.unit, limit is not None)

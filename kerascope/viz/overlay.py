@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kerascope.numeric.reduce import REDUCTIONS, reduce_channels
 from kerascope.numeric.resize import upsample
-
-if TYPE_CHECKING:
-    from kerascope.viz.colours import ColourScale
+from kerascope.viz.colours import DIMMED, ColourScale, colour_scale, reduce_for_display, signed_opacity
 
 
 def heatmap(attribution: np.ndarray, *, reduce: str = "abs_sum", percentile: float = 99.5) -> np.ndarray:
@@ -164,6 +162,40 @@ def save_png(picture: Any, path: str | Path) -> Path:
     return path
 
 
+def scaled_overlay(image: np.ndarray, attribution: np.ndarray, scale: ColourScale, *, alpha: float = 0.6) -> np.ndarray:
+    """The attribution on ``scale`` blended over a grey copy of ``image`` (RGB uint8, the image's size).
+
+    The map is resized bilinearly to the image (which may be larger than the model input);
+    the image is shown in grey so that the only colours are the map's, as on the colour bar.
+    A signed map's colour is laid over the image dimmed into :data:`~kerascope.viz.colours.DIMMED`
+    with an opacity growing with its magnitude
+    (:func:`~kerascope.viz.colours.signed_opacity`): where the map is zero the dim grey image shows
+    uncoloured, so "no effect" is never a light part of the picture.
+
+    Example:
+        >>> from kerascope.viz.colours import colour_scale
+        >>> s = colour_scale(np.array([[-1.0, 1.0]]), "saliency")
+        >>> o = scaled_overlay(np.zeros((2, 4, 3)), np.array([[-1.0, 1.0]]), s, alpha=1.0)
+        >>> o.shape, o[0, 0].tolist(), o[0, -1].tolist()
+        ((2, 4, 3), [5, 48, 97], [103, 0, 31])
+    """
+    import matplotlib
+
+    base = to_display(image)
+    grey = base @ np.array([0.299, 0.587, 0.114])
+    values = reduce_for_display(attribution, scale.signed).astype(np.float32)
+    values = _resize(values, grey.shape[:2])
+    position = scale.normalise(values)
+    colours = matplotlib.colormaps[scale.cmap](position)[..., :3]
+    if scale.signed:
+        grey = DIMMED[0] + (DIMMED[1] - DIMMED[0]) * grey
+        opacity = signed_opacity(position, alpha)[..., None]
+    else:
+        opacity = alpha
+    blended = (1 - opacity) * grey[..., None] + opacity * colours
+    return np.round(np.clip(blended, 0, 1) * 255).astype(np.uint8)
+
+
 def save_scaled_overlay(
     path: str | Path,
     image: np.ndarray,
@@ -173,26 +205,28 @@ def save_scaled_overlay(
     params: dict | None = None,
     cmap: str | None = None,
     alpha: float = 0.6,
+    limit: float | None = None,
+    kind: str = "image",
 ) -> ColourScale:
-    """Write the overlay of :func:`kerascope.viz.colours.scaled_overlay` as a PNG at the image's size.
+    """Write the overlay of :func:`scaled_overlay` as a PNG at the image's size.
 
     The colour scale follows the method's sign convention (diverging and centred at zero for
     signed methods, sequential for unsigned ones); it is returned so that the report can draw
-    its colour bar.
+    its colour bar. ``limit`` fixes the scale's limit (a scale shared by all maps of a method,
+    :func:`kerascope.viz.colours.shared_limit`); ``kind`` words the quantity (``"layer"`` for maps
+    of an inner layer).
 
     Example:
         >>> import numpy as np, tempfile, os
         >>> s = save_scaled_overlay(os.path.join(tempfile.mkdtemp(), "o.png"), np.zeros((8, 8, 3)),
         ...                         np.random.randn(4, 4, 3), method="saliency")
-        >>> s.cmap, s.low == -s.high
-        ('RdBu_r', True)
+        >>> s.cmap, s.low == -s.high, s.quantity
+        ('RdBu_r', True, 'd score / d pixel')
     """
     from PIL import Image
 
-    from kerascope.viz.colours import colour_scale, scaled_overlay
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scale = colour_scale(attribution, method, params, cmap=cmap)
+    scale = colour_scale(attribution, method, params, cmap=cmap, limit=limit, alpha=alpha, kind=kind)
     save_png(Image.fromarray(scaled_overlay(image, attribution, scale, alpha=alpha)), path)
     return scale

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kerascope.viz._figure import is_signed, limits, new_figure
+from kerascope.viz._figure import is_signed, legible_ticks, limits, new_figure
 from kerascope.viz.colours import DIVERGING
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ def plot_tokens(
     line_height: float = 0.32,
     fontsize: float = 11.0,
     title: str | None = None,
+    quantity: str | None = None,
 ) -> Figure:
     """Highlighted text as a matplotlib Figure: tokens laid out in lines, each on its colour.
 
@@ -127,6 +128,9 @@ def plot_tokens(
         signed: diverging (``True``) or sequential (``False``) colours; default: from the data.
         width: figure width in inches; the height grows with the number of lines.
         title: figure title.
+        quantity: the colour bar's label (e.g. ``"d score / d token [score per token value]"``).
+
+    The colour bar's tick labels are kept short and never overlap (fewer ticks on a narrow figure).
 
     Example:
         >>> fig = plot_tokens(np.array([0.5, -1.0, 0.1]), [1, 2, 3], ["<pad>", "not", "bad", "at all"])
@@ -169,11 +173,19 @@ def plot_tokens(
                 bbox={"boxstyle": "round,pad=0.2", "facecolor": colour, "edgecolor": "none"})
     signed_shown = is_signed(values) if signed is None else bool(signed)
     low, high = limits(values, signed_shown, 100.0)
-    name = DIVERGING if signed_shown else TEXT_SEQUENTIAL
-    mappable = ScalarMappable(Normalize(low, high if signed_shown else high / 0.75), name)
+    if signed_shown:
+        colours: Any = DIVERGING
+    else:  # the light three quarters of Oranges the tokens use, from 0 to the largest value
+        import matplotlib
+        from matplotlib.colors import ListedColormap
+
+        colours = ListedColormap(matplotlib.colormaps[TEXT_SEQUENTIAL](np.linspace(0.0, 0.75, 192)))
+    mappable = ScalarMappable(Normalize(low, high), colours)
     bar = figure.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.08, pad=0.02, aspect=40)
-    bar.set_label("attribution" + (" (red raises the score, blue lowers it)" if signed_shown else ""), fontsize=8)
+    bar.set_label((quantity or "attribution") + (" (red raises the score, blue lowers it)" if signed_shown else ""),
+                  fontsize=8)
     bar.ax.tick_params(labelsize=7)
     if title:
         ax.set_title(title, fontsize=10)
+    legible_ticks(figure, bar, symmetric=signed_shown)
     return figure

@@ -228,10 +228,10 @@ def test_html_token_heatmaps_escape_tokens_and_keep_signs(lm):
     model, _, _ = lm
     g = ks.explain_generation(model, PROMPT, CONT, method="gradient_x_input")
     page = g._repr_html_()
-    assert page.count("<tr>") == 1 + len(CONT) and page.count("<span title=") >= len(PROMPT) + len(CONT)
+    assert page.count("<tr>") == 1 + len(CONT) and page.count("<span class='tk ") >= len(PROMPT) + len(CONT)
     top = int(np.argmax(np.abs(g.attributions)))
-    colour = "rgba(220,40,40,1.000)" if g.attributions[top] > 0 else "rgba(40,90,220,1.000)"
-    assert colour in page   # the largest |value| gets the full colour of its sign
+    colour = "#67001f" if g.attributions[top] > 0 else "#053061"   # RdBu_r's ends
+    assert f"background:{colour};" in page   # the largest |value| gets the full colour of its sign
     from kerascope.language.html import token_html
 
     assert "&lt;pad&gt;" in token_html(["<pad>"], np.array([0.0]))

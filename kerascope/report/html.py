@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kerascope.io.paths import UnsafePathError, atomic_write_text, inside, sniff_image
+from kerascope.report.tokens import css_for_tables
 
 _CSS = """
 *{box-sizing:border-box}
@@ -407,7 +408,7 @@ def render(
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<link rel='icon' href='data:,'>",
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{_e(title)}</title><style>{_CSS}{css_for_tables(tables)}</style></head><body>",
         f"<h1>{_e(title)}</h1><div class='meta'>{_e(subtitle)}</div>",
     ]
     if about:

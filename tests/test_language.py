@@ -69,6 +69,7 @@ def test_rows_equal_hand_gradient_of_each_log_prob(lm):
     assert g.token_attributions.shape == (3, 8) and g.continuation_ids.tolist() == CONT.tolist()
 
 
+@heavy_on_jax
 def test_ig_rows_complete_at_default_steps(lm):
     model, emb, rest = lm
     g = ks.explain_generation(model, PROMPT, CONT)
@@ -188,6 +189,7 @@ def test_classifier_gradient_x_input_equals_hand_gradient_at_the_embedding():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@heavy_on_jax
 def test_shapley_over_tokens_only_efficiency_and_padding_zero():
     keras.utils.set_random_seed(7)
     ids = keras.Input((5,), dtype="int32", name="token_ids")

@@ -149,6 +149,13 @@ def test_bad_inputs_are_refused_clearly(lm):
         ks.explain_generation(gpt2, np.array([1, 2, 3]), max_new_tokens=10)
     with pytest.raises(ValueError, match=r"ks\.targets\.position"):
         ks.Saliency(model, layer="tok").explain(PROMPT[None], 3)
+    # the classifier entry point refuses the same inputs in the same words
+    with pytest.raises(NoTokenEmbeddingError, match="Pass `layer=`"):
+        ks.explain_tokens(dense, np.ones((1, 4)), targets=0)
+    with pytest.raises(ValueError, match="Text inputs need the model's preprocessor.*Received: inputs='hi'"):
+        ks.explain_tokens(model, "hi", targets=0)
+    with pytest.raises(ValueError, match=r"vocabulary of 24 ids \(0..23\). Received: token ids \[-1, 24\]"):
+        ks.explain_tokens(model, np.array([[1, 24, -1]]), targets=0)
 
 
 def tiny_bert():

@@ -74,20 +74,24 @@ quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durat
 # The layer-attribution, CLI-model, plot and BN-folding files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
 # JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...). So does
 # tests/test_conductance.py (one compiled function per path length and gated unit: ~1 min of JAX compilation).
-# The language-model files (targets with positions, attention, generation) likewise: PyTorch here; on JAX they
-# pass too (KERAS_BACKEND=jax python -m pytest tests/test_language.py ...; GPT-2 / BERT / Gemma cases under -m slow).
+# The language-model files (generation, attention, rollout, pictures) run on both: on JAX one light test per feature
+# (the GPT-2 / BERT / Gemma / ViT and other compile-heavy cases under -m slow).
 # So do the thread-isolation, callable-target / other-head, batch-invariance and channels_first files
 # (15-20 s each on PyTorch, 50-140 s on JAX; channels_first convolutions do not run on TensorFlow's CPU).
 for backend in jax torch; do
   step "tests ($backend backend: backend-independent files and the backend's own examples)"
   extra=()
+  if [ "$backend" = jax ]; then  # language models: the compile-heavy cases are marked slow on JAX
+    extra=(tests/test_language.py tests/test_generation_segments.py tests/test_attention.py
+           tests/test_gradient_rollout.py tests/test_language_pictures.py)
+  fi
   if [ "$backend" = torch ]; then
     extra=(tests/test_layer_attribution.py tests/test_cli_models.py tests/test_plots_kinds.py tests/test_bn_fold.py
            tests/test_conductance.py tests/test_cam_library_variants.py tests/test_sensitivity.py
            tests/test_targets_positions.py tests/test_attention.py tests/test_language.py
            tests/test_thread_isolation.py tests/test_targets_and_heads.py tests/test_batch_invariance.py
            tests/test_channels_first.py tests/test_cam_tied_embedding.py tests/test_gradient_rollout.py
-           tests/test_generation_segments.py)
+           tests/test_generation_segments.py tests/test_language_pictures.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

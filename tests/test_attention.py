@@ -17,6 +17,9 @@ from kerascope.core.attention import capture
 
 keras_hub = pytest.importorskip("keras_hub")
 
+#: compile-heavy on JAX: there it runs under -m slow (one lighter test per feature stays in the fast run)
+heavy_on_jax = pytest.mark.slow if keras.backend.backend() == "jax" else (lambda test: test)
+
 
 def two_layer(tokens: int = 5, dim: int = 4):
     keras.utils.set_random_seed(4)
@@ -43,6 +46,7 @@ def numpy_rollout(maps, residual=0.5):
     return out
 
 
+@heavy_on_jax
 def test_maps_equal_keras_own_attention_scores_and_model_unchanged():
     model, a1, a2 = two_layer()
     x = np.random.RandomState(0).rand(3, 5, 4).astype("float32")
@@ -71,6 +75,7 @@ def test_rollout_equals_numpy_reimplementation_with_and_without_class_token():
     np.testing.assert_allclose(mean.scores, keras.ops.convert_to_numpy(model(x))[:, 0], rtol=1e-5)
 
 
+@heavy_on_jax
 def test_vit_rollout_is_an_image_map_or_the_token_grid():
     keras.utils.set_random_seed(5)
     backbone = keras_hub.models.ViTBackbone(image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=2,
@@ -86,6 +91,7 @@ def test_vit_rollout_is_an_image_map_or_the_token_grid():
     assert image.attributions.shape == (2, 16, 16)
 
 
+@heavy_on_jax
 def test_keras_hub_text_masks_give_zero_probability():
     keras.utils.set_random_seed(6)
     bert = keras_hub.models.BertBackbone(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=8,

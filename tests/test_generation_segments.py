@@ -15,6 +15,8 @@ VOCAB = 20
 PROMPT = np.array([3, 5, 7, 2, 9, 4])
 CONTINUATION = np.array([6, 1, 8])
 BASELINE = 0
+#: compile-heavy on JAX: there it runs under -m slow (one lighter test per feature stays in the fast run)
+heavy_on_jax = pytest.mark.slow if keras.backend.backend() == "jax" else (lambda test: test)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,7 @@ def replaced(prompt, tokens):
     return out
 
 
+@heavy_on_jax
 def test_ablation_over_tokens_and_spans_equals_a_hand_loop(lm):
     g = ks.explain_generation(lm, PROMPT, CONTINUATION, method="feature_ablation", batch_size=4)
     assert g.token_attributions.shape == (3, 9)

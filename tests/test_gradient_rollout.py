@@ -16,6 +16,9 @@ import kerascope as ks
 from kerascope.methods.base import UnsupportedModelError
 from tests.conftest import assert_unchanged, snapshot
 
+#: compile-heavy on JAX: there it runs under -m slow (one lighter test per feature stays in the fast run)
+heavy_on_jax = pytest.mark.slow if keras.backend.backend() == "jax" else (lambda test: test)
+
 TOKENS, DIM, HEADS, KEY_DIM, CLASSES = 5, 4, 2, 3, 3
 
 
@@ -124,6 +127,7 @@ def test_class_specific_and_batch_size_independent(case):
     assert np.all(one >= 1.0 / TOKENS - 1e-6)  # R = I + non-negative terms: every row's mean is at least 1/T
 
 
+@heavy_on_jax
 def test_vit_map_is_an_image_or_the_patch_grid():
     keras_hub = pytest.importorskip("keras_hub")
     keras.utils.set_random_seed(5)

@@ -69,6 +69,7 @@ def test_rows_equal_hand_gradient_of_each_log_prob(lm):
     assert g.token_attributions.shape == (3, 8) and g.continuation_ids.tolist() == CONT.tolist()
 
 
+@heavy_on_jax
 def test_ig_rows_complete_at_default_steps(lm):
     model, emb, rest = lm
     g = ks.explain_generation(model, PROMPT, CONT)
@@ -148,6 +149,13 @@ def test_bad_inputs_are_refused_clearly(lm):
         ks.explain_generation(gpt2, np.array([1, 2, 3]), max_new_tokens=10)
     with pytest.raises(ValueError, match=r"ks\.targets\.position"):
         ks.Saliency(model, layer="tok").explain(PROMPT[None], 3)
+    # the classifier entry point refuses the same inputs in the same words
+    with pytest.raises(NoTokenEmbeddingError, match="Pass `layer=`"):
+        ks.explain_tokens(dense, np.ones((1, 4)), targets=0)
+    with pytest.raises(ValueError, match="Text inputs need the model's preprocessor.*Received: inputs='hi'"):
+        ks.explain_tokens(model, "hi", targets=0)
+    with pytest.raises(ValueError, match=r"vocabulary of 24 ids \(0..23\). Received: token ids \[-1, 24\]"):
+        ks.explain_tokens(model, np.array([[1, 24, -1]]), targets=0)
 
 
 def tiny_bert():
@@ -188,6 +196,7 @@ def test_classifier_gradient_x_input_equals_hand_gradient_at_the_embedding():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@heavy_on_jax
 def test_shapley_over_tokens_only_efficiency_and_padding_zero():
     keras.utils.set_random_seed(7)
     ids = keras.Input((5,), dtype="int32", name="token_ids")
@@ -228,10 +237,10 @@ def test_html_token_heatmaps_escape_tokens_and_keep_signs(lm):
     model, _, _ = lm
     g = ks.explain_generation(model, PROMPT, CONT, method="gradient_x_input")
     page = g._repr_html_()
-    assert page.count("<tr>") == 1 + len(CONT) and page.count("<span title=") >= len(PROMPT) + len(CONT)
+    assert page.count("<tr>") == 1 + len(CONT) and page.count("<span class='tk ") >= len(PROMPT) + len(CONT)
     top = int(np.argmax(np.abs(g.attributions)))
-    colour = "rgba(220,40,40,1.000)" if g.attributions[top] > 0 else "rgba(40,90,220,1.000)"
-    assert colour in page   # the largest |value| gets the full colour of its sign
+    colour = "#67001f" if g.attributions[top] > 0 else "#053061"   # RdBu_r's ends
+    assert f"background:{colour};" in page   # the largest |value| gets the full colour of its sign
     from kerascope.language.html import token_html
 
     assert "&lt;pad&gt;" in token_html(["<pad>"], np.array([0.0]))

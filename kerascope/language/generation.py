@@ -129,9 +129,18 @@ class GenerationExplanation:
         start = self.prompt_length
         return (
             f"<div><b>{self.method}</b>: the continuation's log-probability {self.log_prob:.4g} per token</div>"
-            + token_html(labels, self.attributions)
-            + matrix_html(labels[start:], labels, self.token_attributions)
+            + token_html(labels, self.attributions, what="the continuation's log-probability")
+            + matrix_html(labels[start:], labels, self.token_attributions, start)
         )
+
+    def save_png(self, path: Any, what: str = "matrix", dpi: int = 100) -> Any:
+        """Save the generated x earlier token matrix (``what="matrix"``) or the token heatmap (``"tokens"``).
+
+        See :func:`kerascope.viz.tokens.save_token_png`; returns the path.
+        """
+        from kerascope.viz.tokens import save_token_png
+
+        return save_token_png(self, path, what=what, dpi=dpi)
 
 
 def _prompt_ids(model: keras.Model, prompt: Any, tokenizer: Any) -> np.ndarray:

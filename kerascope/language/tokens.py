@@ -59,6 +59,15 @@ class TokenExplanation:
                          + token_html(labels, self.attributions[i]))
         return "".join(parts)
 
+    def save_png(self, path: Any, sample: int = 0, dpi: int = 100) -> Any:
+        """Save one sample's token heatmap (coloured text backgrounds, colour bar) as PNG; returns the path.
+
+        See :func:`kerascope.viz.tokens.save_token_png`.
+        """
+        from kerascope.viz.tokens import save_token_png
+
+        return save_token_png(self, path, what="tokens", sample=sample, dpi=dpi)
+
 
 def _token_ids_and_mask(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(inputs, dict):

@@ -23,6 +23,7 @@ from typing import Any
 
 from kerascope.io.paths import atomic_write_text
 from kerascope.report.safe_html import _e, _src, picture_problem, sanitize_html
+from kerascope.report.tokens import css_for_tables
 
 __all__ = ["ReportEntry", "TableData", "html_table", "picture_problem", "read_report_data", "render",
            "sanitize_html", "scale_statement", "write_report"]
@@ -317,7 +318,7 @@ def render(
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<link rel='icon' href='data:,'>",
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{_e(title)}</title><style>{_CSS}{css_for_tables(tables)}</style></head><body>",
         f"<h1>{_e(title)}</h1><div class='meta'>{_e(subtitle)}</div>",
     ]
     if any(e.scales for e in entries):

@@ -55,7 +55,7 @@ def _forward(engine: Engine, inputs: Inputs, layer: keras.Layer, target_fn: Call
     return forward
 
 
-def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str) -> Callable:
+def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, _: list[Any]) -> Callable:
     import tensorflow as tf
 
     signature = [
@@ -94,20 +94,12 @@ def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path
     return run
 
 
-def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str) -> Callable:
+def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, variables_of: list[Any]) -> Callable:
     import jax
     import jax.numpy as jnp
 
-    scope = _ReadScope()
-
-    def record(*flat: Any) -> Any:
-        with scope:
-            return forward(list(flat[:-1]), flat[-1], lambda _i, _l, out: out)[0]
-
-    batch = 2
-    jax.eval_shape(record, *[jax.ShapeDtypeStruct((batch, *s[1:]), np.dtype(d)) for s, d in specs],
-                   jax.ShapeDtypeStruct((batch,), np.int32))
-    variables = list(scope.seen.values())
+    # every variable of the model becomes a jit argument (current values at each call, no stale constants)
+    variables = list(variables_of)
 
     def step(values: list[Any], arrays: list[Any], indices: Any) -> dict[str, Any]:
         def score(t: Any, delta: Any) -> tuple[Any, Any]:
@@ -144,19 +136,7 @@ def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str) 
     return run
 
 
-class _ReadScope(keras.StatelessScope):
-    """A stateless scope recording the Keras variables read inside it (JAX: they become jit arguments)."""
-
-    def __init__(self) -> None:
-        super().__init__(initialize_variables=False)
-        self.seen: dict[int, Any] = {}
-
-    def get_current_value(self, variable: Any) -> Any:
-        self.seen.setdefault(id(variable), variable)
-        return None
-
-
-def _torch(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str) -> Callable:
+def _torch(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, _: list[Any]) -> Callable:
     import torch
 
     def run(arrays: list[np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
@@ -231,7 +211,7 @@ def hessian_vector_products(
 
     def build() -> Callable:
         forward = _forward(engine, prepared, layer, target_fn, positions)
-        return BUILDERS[backend](forward, [(tuple(s), d) for s, d in prepared.specs], path)
+        return BUILDERS[backend](forward, [(tuple(s), d) for s, d in prepared.specs], path, list(engine.model.variables))
 
     fn = engine.memo(key, build)
     parts = [fn(arrays, indices[part]) for part, arrays in prepared.chunks(batch_size)]

@@ -28,9 +28,16 @@ from kerascope.numeric.chunking import chunk_ranges
 class _OneInputPath(Method):
     """Shared part: one attributed input, gradients at arbitrary points of it for folded rows."""
 
-    def __init__(self, model: keras.Layer, *, input_index: Any = None, **kwargs: Any) -> None:
+    def __init__(self, model: keras.Layer, *, steps: int, input_index: Any = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
+        self.steps = check_positive_int(steps, "steps")
         self.input_index = input_index
+
+    def _start(self, inputs: Inputs, targets: Any) -> tuple[int, np.ndarray, Any, np.ndarray]:
+        """The attributed input's position and array, the clean scores and the resolved targets."""
+        at = self._input(inputs)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
+        return at, inputs.arrays[at], scores, resolved
 
     def _input(self, inputs: Inputs) -> int:
         wrt = gradient_inputs(self.model, inputs, self.input_index)
@@ -100,9 +107,8 @@ class BlurIG(_OneInputPath):
         sqrt: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, **kwargs)
+        super().__init__(model, steps=steps, **kwargs)
         self.max_sigma = check_number(max_sigma, "max_sigma", low=0.0, low_inclusive=False)
-        self.steps = check_positive_int(steps, "steps")
         self.grad_step = check_number(grad_step, "grad_step", low=0.0, low_inclusive=False)
         self.sqrt = check_flag(sqrt, "sqrt")
 
@@ -121,14 +127,14 @@ class BlurIG(_OneInputPath):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         at = self._input(inputs)
         x = inputs.arrays[at]
-        if x.ndim < 3:
+        if x.ndim < 3:  # refused before the clean pass
             raise ValueError(
                 f"BlurIG blurs the spatial axes of an input (batch, ..., channels). Received: input of shape "
                 f"{x.shape}. Use IntegratedGradients for tabular inputs."
             )
+        _, _, scores, resolved = self._start(inputs, targets)
         sigmas = self.sigmas()
         widths = np.diff(sigmas)
-        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         total = np.zeros(x.shape, np.float64)
         for rows in chunk_ranges(inputs.num_samples * self.steps, self.batch_size):
             owners, steps = rows // self.steps, rows % self.steps
@@ -182,8 +188,7 @@ class GuidedIG(_OneInputPath):
         baseline: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, **kwargs)
-        self.steps = check_positive_int(steps, "steps")
+        super().__init__(model, steps=steps, **kwargs)
         self.fraction = check_number(fraction, "fraction", low=0.0)
         if self.fraction > 1:
             raise ValueError(f"`fraction` must be in [0, 1]. Received: fraction={fraction!r}.")
@@ -206,10 +211,8 @@ class GuidedIG(_OneInputPath):
         return params
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        at = self._input(inputs)
-        x = inputs.arrays[at]
+        at, x, scores, resolved = self._start(inputs, targets)
         baseline = resolve_baselines(_chosen_baselines(self.baseline, inputs, [at]), Inputs([x]))[0]
-        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         n = inputs.num_samples
         attributions = np.zeros((n, int(np.prod(x.shape[1:]))), np.float64)
         for rows in chunk_ranges(n, self.batch_size):  # memory: one chunk of samples walks its paths at a time

@@ -20,7 +20,7 @@ import numpy as np
 from kerascope.core.engine import GradientResult
 from kerascope.core.inputs import Inputs
 from kerascope.methods._second_order import hessian_vector_products
-from kerascope.methods.cam import CAM, channels_first, spatial_axes, weighted_sum
+from kerascope.methods.cam import CAM
 from kerascope.methods.registry import register
 
 
@@ -49,8 +49,13 @@ class ShapleyCAM(CAM):
     description = "Channels weighted by gradient minus half the Hessian-vector product, second order (Cai 2024)."
     aliases = ("shapley_cam",)
 
+    on_device = False  # the second-order pass is its own compiled function (see layer_data)
+
     def layer_data(self, inputs: Inputs, targets: Any, layer: keras.Layer) -> GradientResult:
-        """Activations, gradients and (in ``reduced["hvp"]``) ``H A`` at ``layer``: one compiled pass per chunk.
+        """Activations and the corrected gradients ``g - H A / 2`` at ``layer``: one compiled pass per chunk.
+
+        Grad-CAM's weighting (the spatial mean, :meth:`CAM.channel_weights`) of these gives
+        ShapleyCAM's weights; ``reduced`` keeps ``g`` (``"gradients"``) and ``H A`` (``"hvp"``).
 
         Example:
             >>> import keras, numpy as np, kerascope as ks
@@ -62,31 +67,9 @@ class ShapleyCAM(CAM):
         """
         out = hessian_vector_products(self.engine, inputs, targets, layer, batch_size=self.batch_size)
         return GradientResult(
-            scores=out["scores"], targets=out["targets"], activations=[out["acts"]], layer_grads=[out["grads"]],
-            reduced={"hvp": out["hvp"]},
+            scores=out["scores"], targets=out["targets"], activations=[out["acts"]],
+            layer_grads=[out["grads"] - np.float32(0.5) * out["hvp"]], reduced={"gradients": out["grads"], "hvp": out["hvp"]},
         )
-
-    def weigh(
-        self, inputs: Inputs, targets: Any, layer: keras.Layer, result: Any, activations: np.ndarray
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """``sum_c w_c A_c`` with ``w = mean over positions of (g - H A / 2)``, ``(N, *positions)``.
-
-        Example:
-            >>> import keras, numpy as np, kerascope as ks
-            >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
-            ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-            >>> cam, x = ks.ShapleyCAM(m), Inputs(np.ones((1, 4, 4, 1)))
-            >>> layer, result, a = cam.spatial_data(x, 0)
-            >>> cam.weigh(x, 0, layer, result, a)[0].shape
-            (1, 2, 2)
-        """
-        hvp = np.asarray(result.reduced["hvp"], np.float32)
-        if channels_first(layer) and hvp.ndim >= 3:
-            hvp = np.moveaxis(hvp, 1, -1)
-        hvp = np.asarray(result.layout.to_positions(hvp), np.float32)
-        gradients = np.asarray(result.layer_grads[0], np.float32)
-        weights = np.mean(gradients - 0.5 * hvp, axis=spatial_axes(gradients))
-        return np.asarray(weighted_sum(activations, weights), np.float32), {}
 
 
 __all__ = ["ShapleyCAM"]

@@ -8,6 +8,8 @@ depends on the gradients met so far, so the steps of one sample cannot run in pa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import keras
@@ -23,6 +25,29 @@ from kerascope.methods.integrated import _chosen_baselines, _describe_baseline, 
 from kerascope.methods.registry import register
 from kerascope.numeric.blur import blur_and_slope_rows
 from kerascope.numeric.chunking import chunk_ranges
+
+
+def ahead(make: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+    """``make(item)`` for each item, in order, the next one computed in a worker thread while the caller
+    uses the current one (host work such as a blur overlapping the compiled gradient pass; numpy and the
+    backends release the GIL). At most two results are held at once.
+
+    Example:
+        >>> list(ahead(lambda v: v * v, range(4)))
+        [0, 1, 4, 9]
+    """
+    iterator = iter(items)
+    with ThreadPoolExecutor(1) as pool:
+        first = next(iterator, _END)
+        pending = None if first is _END else pool.submit(make, first)
+        while pending is not None:
+            item = next(iterator, _END)
+            following = None if item is _END else pool.submit(make, item)
+            yield pending.result()
+            pending = following
+
+
+_END = object()
 
 
 class _OneInputPath(Method):
@@ -136,9 +161,14 @@ class BlurIG(_OneInputPath):
         sigmas = self.sigmas()
         widths = np.diff(sigmas)
         total = np.zeros(x.shape, np.float64)
-        for rows in chunk_ranges(inputs.num_samples * self.steps, self.batch_size):
+
+        def blurred(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             owners, steps = rows // self.steps, rows % self.steps
-            point, slope = blur_and_slope_rows(x[owners], sigmas[steps], self.grad_step)
+            return (owners, steps, *blur_and_slope_rows(x[owners], sigmas[steps], self.grad_step))
+
+        # the next chunk is blurred on the host while the current one's gradients run
+        chunks = chunk_ranges(inputs.num_samples * self.steps, self.batch_size)
+        for owners, steps, point, slope in ahead(blurred, chunks):
             grads = self._gradients(inputs, targets, resolved, at, owners, point)
             reduce_rows(total, owners, -widths[steps], slope * grads)
         return self._done(inputs, at, total, scores, resolved)

@@ -109,7 +109,7 @@ class BlurIG(_OneInputPath):
         input_index: the model input attributed (multi-input models).
 
     Cost: ``steps`` forward+backward passes per sample (plus one forward pass for the scores);
-    the blurs on the host, as float32 matrix products.
+    the blurs on the host, as float32 matrix products, each chunk's while the previous chunk's gradients run.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks

@@ -103,6 +103,8 @@ METHODS: tuple[Entry, ...] = (
           "Exact Shapley values of mask features over all 2^k coalitions."),
     Entry("shapley_sampling", "ShapleySampling", "kerascope.methods.coalitions",
           "Shapley values of mask features by permutation sampling (Captum ShapleyValueSampling)."),
+    Entry("shapleycam", "ShapleyCAM", "kerascope.methods.shapley_cam",
+          "Channels weighted by gradient minus half the Hessian-vector product, second order (Cai 2024)."),
     Entry("smoothgrad", "SmoothGrad", "kerascope.methods.smoothing",
           "Mean attribution over noisy copies of the input (Smilkov et al. 2017); wraps any gradient method."),
     Entry("smoothgrad_squared", "SmoothGradSquared", "kerascope.methods.smoothing",

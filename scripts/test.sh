@@ -73,7 +73,8 @@ quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 --durat
 # light part of every model kind here (the rest under -m slow: JAX compiles every method for every model).
 # The layer-attribution, CLI-model, plot and BN-folding files take seconds on PyTorch but ~40 s of compilation on JAX: PyTorch only here (they pass on
 # JAX too: KERAS_BACKEND=jax python -m pytest tests/test_layer_attribution.py tests/test_cli_models.py ...). So does
-# tests/test_conductance.py (one compiled function per path length and gated unit: ~1 min of JAX compilation).
+# tests/test_conductance.py (one compiled function per path length and gated unit: ~1 min of JAX compilation) and
+# tests/test_shapley_cam.py (~1 min compiling forward-over-reverse second derivatives on JAX).
 # The language-model files (generation, attention, rollout, pictures) run on both: on JAX one light test per feature
 # (the GPT-2 / BERT / Gemma / ViT and other compile-heavy cases under -m slow).
 # So do the thread-isolation, callable-target / other-head, batch-invariance and channels_first files
@@ -91,7 +92,7 @@ for backend in jax torch; do
            tests/test_targets_positions.py tests/test_attention.py tests/test_language.py
            tests/test_thread_isolation.py tests/test_targets_and_heads.py tests/test_batch_invariance.py
            tests/test_channels_first.py tests/test_cam_tied_embedding.py tests/test_gradient_rollout.py
-           tests/test_generation_segments.py tests/test_language_pictures.py)
+           tests/test_generation_segments.py tests/test_language_pictures.py tests/test_shapley_cam.py)
   fi
   KERAS_BACKEND=$backend quiet "$PY" -m pytest -q -p no:cacheprovider -m "$markers" --timeout 900 \
     tests/test_gradient_family.py tests/test_deeplift.py tests/test_perturbation.py tests/test_metrics.py tests/test_cli.py \

@@ -94,7 +94,7 @@ def _pair(size: int) -> tuple[Any, Any, Any, Any]:
 
 
 @scenario("cam-variants-vs-pytorch-grad-cam",
-          "FEM, GradCAMElementWise, EigenGradCAM, KPCACAM, FullGrad vs pytorch-grad-cam 1.5.7 on a torch twin "
+          "FEM, GradCAMElementWise, EigenGradCAM, KPCACAM, FullGrad, ShapleyCAM vs pytorch-grad-cam 1.5.7 on a torch twin "
           "(both full calls: maps resized to the input), and GradCAMElementWise vs a compiled GradientTape floor",
           tags=("peers", "floor"))
 def cam_variants(options: Options) -> list[dict]:
@@ -122,6 +122,7 @@ def cam_variants(options: Options) -> list[dict]:
         "EigenGradCAM": (ks.EigenGradCAM(model, layer=layer, batch_size=n), grad_cam.EigenGradCAM(net, [net[5]])),
         "KPCACAM": (ks.KPCACAM(model, layer=layer, batch_size=n), grad_cam.KPCA_CAM(net, [net[5]])),
         "FullGrad": (ks.FullGrad(model, batch_size=n), grad_cam.FullGrad(net, [])),
+        "ShapleyCAM": (ks.ShapleyCAM(model, layer=layer, batch_size=n), grad_cam.ShapleyCAM(net, [net[5]])),
     }
     rows = []
     for name, (ours, theirs) in pairs.items():

@@ -20,6 +20,7 @@ from kerascope.methods.perturbation import RISE, Occlusion
 from kerascope.methods.registry import available, build, describe, get, register
 from kerascope.methods.rollout import AttentionRollout, GradientRollout
 from kerascope.methods.sensitivity import HSIC, Sobol
+from kerascope.methods.shapley_cam import ShapleyCAM
 from kerascope.methods.smoothing import SmoothGrad, SmoothGradSquared, VarGrad
 from kerascope.methods.xrai import XRAI
 

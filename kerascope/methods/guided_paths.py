@@ -8,6 +8,8 @@ depends on the gradients met so far, so the steps of one sample cannot run in pa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import keras
@@ -25,12 +27,42 @@ from kerascope.numeric.blur import blur_and_slope_rows
 from kerascope.numeric.chunking import chunk_ranges
 
 
+def ahead(make: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+    """``make(item)`` for each item, in order, the next one computed in a worker thread while the caller
+    uses the current one (host work such as a blur overlapping the compiled gradient pass; numpy and the
+    backends release the GIL). At most two results are held at once.
+
+    Example:
+        >>> list(ahead(lambda v: v * v, range(4)))
+        [0, 1, 4, 9]
+    """
+    iterator = iter(items)
+    with ThreadPoolExecutor(1) as pool:
+        first = next(iterator, _END)
+        pending = None if first is _END else pool.submit(make, first)
+        while pending is not None:
+            item = next(iterator, _END)
+            following = None if item is _END else pool.submit(make, item)
+            yield pending.result()
+            pending = following
+
+
+_END = object()
+
+
 class _OneInputPath(Method):
     """Shared part: one attributed input, gradients at arbitrary points of it for folded rows."""
 
-    def __init__(self, model: keras.Layer, *, input_index: Any = None, **kwargs: Any) -> None:
+    def __init__(self, model: keras.Layer, *, steps: int, input_index: Any = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
+        self.steps = check_positive_int(steps, "steps")
         self.input_index = input_index
+
+    def _start(self, inputs: Inputs, targets: Any) -> tuple[int, np.ndarray, Any, np.ndarray]:
+        """The attributed input's position and array, the clean scores and the resolved targets."""
+        at = self._input(inputs)
+        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
+        return at, inputs.arrays[at], scores, resolved
 
     def _input(self, inputs: Inputs) -> int:
         wrt = gradient_inputs(self.model, inputs, self.input_index)
@@ -77,7 +109,7 @@ class BlurIG(_OneInputPath):
         input_index: the model input attributed (multi-input models).
 
     Cost: ``steps`` forward+backward passes per sample (plus one forward pass for the scores);
-    the blurs on the host, as float32 matrix products.
+    the blurs on the host, as float32 matrix products, each chunk's while the previous chunk's gradients run.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -100,9 +132,8 @@ class BlurIG(_OneInputPath):
         sqrt: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, **kwargs)
+        super().__init__(model, steps=steps, **kwargs)
         self.max_sigma = check_number(max_sigma, "max_sigma", low=0.0, low_inclusive=False)
-        self.steps = check_positive_int(steps, "steps")
         self.grad_step = check_number(grad_step, "grad_step", low=0.0, low_inclusive=False)
         self.sqrt = check_flag(sqrt, "sqrt")
 
@@ -121,18 +152,23 @@ class BlurIG(_OneInputPath):
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         at = self._input(inputs)
         x = inputs.arrays[at]
-        if x.ndim < 3:
+        if x.ndim < 3:  # refused before the clean pass
             raise ValueError(
                 f"BlurIG blurs the spatial axes of an input (batch, ..., channels). Received: input of shape "
                 f"{x.shape}. Use IntegratedGradients for tabular inputs."
             )
+        _, _, scores, resolved = self._start(inputs, targets)
         sigmas = self.sigmas()
         widths = np.diff(sigmas)
-        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         total = np.zeros(x.shape, np.float64)
-        for rows in chunk_ranges(inputs.num_samples * self.steps, self.batch_size):
+
+        def blurred(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             owners, steps = rows // self.steps, rows % self.steps
-            point, slope = blur_and_slope_rows(x[owners], sigmas[steps], self.grad_step)
+            return (owners, steps, *blur_and_slope_rows(x[owners], sigmas[steps], self.grad_step))
+
+        # the next chunk is blurred on the host while the current one's gradients run
+        chunks = chunk_ranges(inputs.num_samples * self.steps, self.batch_size)
+        for owners, steps, point, slope in ahead(blurred, chunks):
             grads = self._gradients(inputs, targets, resolved, at, owners, point)
             reduce_rows(total, owners, -widths[steps], slope * grads)
         return self._done(inputs, at, total, scores, resolved)
@@ -182,8 +218,7 @@ class GuidedIG(_OneInputPath):
         baseline: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(model, **kwargs)
-        self.steps = check_positive_int(steps, "steps")
+        super().__init__(model, steps=steps, **kwargs)
         self.fraction = check_number(fraction, "fraction", low=0.0)
         if self.fraction > 1:
             raise ValueError(f"`fraction` must be in [0, 1]. Received: fraction={fraction!r}.")
@@ -206,10 +241,8 @@ class GuidedIG(_OneInputPath):
         return params
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        at = self._input(inputs)
-        x = inputs.arrays[at]
+        at, x, scores, resolved = self._start(inputs, targets)
         baseline = resolve_baselines(_chosen_baselines(self.baseline, inputs, [at]), Inputs([x]))[0]
-        scores, resolved = clean_scores(self.engine, inputs, targets, self.batch_size, self.scores)
         n = inputs.num_samples
         attributions = np.zeros((n, int(np.prod(x.shape[1:]))), np.float64)
         for rows in chunk_ranges(n, self.batch_size):  # memory: one chunk of samples walks its paths at a time

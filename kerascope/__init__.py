@@ -43,6 +43,7 @@ _LAZY: dict[str, str] = {
     "explain_tokens": "kerascope.language.tokens",
     "TokenExplanation": "kerascope.language.tokens",
     "load_model": "kerascope.io.models",
+    "quiet_backends": "kerascope.cli.quiet",
     "rebuild_report": "kerascope.report.rebuild",
     "FeatureVisualization": "kerascope.features.visualize",
     "CRAFT": "kerascope.concepts.craft",
@@ -93,6 +94,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         weight_gradients,
     )
     from kerascope.features.visualize import FeatureVisualization, visualize_features  # noqa: F401
+    from kerascope.cli.quiet import quiet_backends  # noqa: F401
     from kerascope.io.models import load_model  # noqa: F401
     from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
     from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401

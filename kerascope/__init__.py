@@ -79,6 +79,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope import batch, callbacks, evaluation, methods, metrics, targets  # noqa: F401
     from kerascope.api import explain  # noqa: F401
+    from kerascope.cli.quiet import quiet_backends  # noqa: F401
     from kerascope.concepts.craft import CRAFT  # noqa: F401
     from kerascope.concepts.tcav import TCAV, TCAVResult  # noqa: F401
     from kerascope.core.attention import attention_maps  # noqa: F401
@@ -94,7 +95,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         weight_gradients,
     )
     from kerascope.features.visualize import FeatureVisualization, visualize_features  # noqa: F401
-    from kerascope.cli.quiet import quiet_backends  # noqa: F401
     from kerascope.io.models import load_model  # noqa: F401
     from kerascope.language.generation import GenerationExplanation, explain_generation  # noqa: F401
     from kerascope.language.tokens import TokenExplanation, explain_tokens  # noqa: F401

@@ -211,9 +211,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *, default_method: str, layer
     Example:
         >>> p = argparse.ArgumentParser()
         >>> add_run_flags(p, default_method="gradcam", layer_help="a layer", overwrite_help="replace")
-        >>> a = p.parse_args(["m.keras", "--method", "saliency", "--batch-size", "8"])
+        >>> a = p.parse_args(["m.keras", "--method", "saliency", "--batch-size", "8", "--out", "o"])
         >>> a.method, a.batch_size, a.out, a.overwrite
-        (['saliency'], 8, None, False)
+        (['saliency'], 8, 'o', False)
     """
     add_model_flags(parser)
     add_method_flag(parser, default_method)

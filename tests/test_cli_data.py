@@ -178,15 +178,11 @@ def test_batch_explains_csv_rows_and_records_the_feature_names(tmp_path):
 @pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow",
                     reason="KerasHub's tokenizers run on TensorFlow ops; the preset path is a loading path")
 def test_text_with_a_keras_hub_preset_folder(tmp_path):
-    keras_hub = pytest.importorskip("keras_hub")
+    pytest.importorskip("keras_hub")
     keras.utils.set_random_seed(3)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "a", "dog", "ran"]
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
-    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=8)
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=len(vocab), num_layers=1, num_heads=2, hidden_dim=8,
-                                             intermediate_dim=16, max_sequence_length=8)
-    keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=preprocessor).save_to_preset(
-        str(tmp_path / "preset"))
+    from _presets import save_bert_preset
+
+    save_bert_preset(tmp_path / "preset")
     (tmp_path / "lines.txt").write_text("a dog ran\n\n")
     out = tmp_path / "out"
     assert main(["explain", str(tmp_path / "preset"), "--text", "the cat sat", "--text-file",

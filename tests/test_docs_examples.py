@@ -112,16 +112,12 @@ def _data_models(folder: Path) -> None:
     np.save(folder / "ids.npy", np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]]))
     (folder / "reviews.txt").write_text("the cat sat\na dog ran\n")
     try:
-        import keras_hub
+        import keras_hub  # noqa: F401
     except ModuleNotFoundError:
         return
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "a", "dog", "ran", "fine", "film"]
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
-    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=8)
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=len(vocab), num_layers=1, num_heads=2, hidden_dim=8,
-                                             intermediate_dim=16, max_sequence_length=8)
-    keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=preprocessor).save_to_preset(
-        str(folder / "bert_preset"))
+    from _presets import save_bert_preset
+
+    save_bert_preset(folder / "bert_preset")
 
 
 def _run_page(page: Path, folder: Path, pixels: np.ndarray, slow: bool, monkeypatch) -> None:

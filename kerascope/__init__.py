@@ -43,6 +43,7 @@ _LAZY: dict[str, str] = {
     "explain_tokens": "kerascope.language.tokens",
     "TokenExplanation": "kerascope.language.tokens",
     "load_model": "kerascope.io.models",
+    "quiet_backends": "kerascope.cli.quiet",
     "rebuild_report": "kerascope.report.rebuild",
     "add_feature_grid": "kerascope.report.features",
     "FeatureVisualization": "kerascope.features.visualize",
@@ -79,6 +80,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from kerascope import batch, callbacks, evaluation, methods, metrics, targets  # noqa: F401
     from kerascope.api import explain  # noqa: F401
+    from kerascope.cli.quiet import quiet_backends  # noqa: F401
     from kerascope.concepts.craft import CRAFT  # noqa: F401
     from kerascope.concepts.tcav import TCAV, TCAVResult  # noqa: F401
     from kerascope.core.attention import attention_maps  # noqa: F401

@@ -80,7 +80,7 @@ class BatchSummary:
             'processed 10'
         """
         line = (f"processed {self.processed}, failed {self.failed}, skipped {self.skipped} (already done) "
-                f"in {self.seconds:.1f}s ({self.images_per_s:.1f} images/s, engine {self.engine}) -> {self.out_dir}")
+                f"in {self.seconds:.1f}s ({_rate(self)}, engine {self.engine}) -> {self.out_dir}")
         if self.preprocess:
             line += f"\npreprocessing: {self.preprocess} ({self.preprocess_reason})"
         if self.layer:
@@ -94,6 +94,14 @@ class BatchSummary:
 
 
 file_sha256 = sh.file_sha256
+
+
+def _rate(summary: BatchSummary) -> str:
+    """The run's throughput (``images_per_s``) as :func:`kerascope.io.display.format_rate` words it."""
+    from kerascope.io.display import format_rate
+
+    computed = summary.processed + summary.failed
+    return format_rate(computed, computed / summary.images_per_s if summary.images_per_s > 0 else 0.0, "input")
 
 
 def _check_classes(values: np.ndarray, where: str) -> None:
@@ -346,6 +354,7 @@ def _run(start: float, model_path: Path, inputs: Any, out: Path, method: str, la
     explainer = BatchExplainer(config)  # fails early, in the driver, on a bad method / layer / model
     # "auto" is decided once, from the loaded model, and every worker gets the decided mode
     config.preprocess, preprocess_reason = resolve_preprocess(explainer.model, preprocess)
+    shown = config.preprocess if len(explainer.input_shape) == 3 else None  # pixels only: data rows go as they are
     source.validate(explainer.input_shape)
     map_shape = explainer.map_shape()
     manifest = _manifest(explainer, config, model_path, source, target_array, targets_missing, shard_size,
@@ -362,7 +371,7 @@ def _run(start: float, model_path: Path, inputs: Any, out: Path, method: str, la
     summary = BatchSummary(out_dir=str(out), engine=engine, total=total, manifest=str(manifest_path),
                            shards_skipped=len(done), shards_rejected=len(rejected),
                            skipped=sum(len(sh.shard_range(s, shard_size, total)) for s in done),
-                           preprocess=config.preprocess, preprocess_reason=preprocess_reason, layer=manifest["layer"])
+                           preprocess=shown, preprocess_reason=preprocess_reason, layer=manifest["layer"])
     pending_indices = [np.arange(r.start, r.stop, dtype=np.int64)
                        for r in (sh.shard_range(s, shard_size, total) for s in pending)]
     started = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,14 @@ class BatchExplainer:
             self.model = load_model(local, safe_mode=config.safe_mode)
         else:
             self.model = load_model(config.model_path, safe_mode=config.safe_mode)
-        h, w, c = model_image_size(self.model)
-        if config.size is not None:
-            h, w = config.size
-        self.input_shape: tuple[int | None, ...] = (h, w, c)
+        shape = tuple(self.model.inputs[0].shape)[1:] if getattr(self.model, "inputs", None) else ()
+        if len(shape) in (2, 1) and config.size is None:  # tabular (N, F), series (N, T, F): rows as they are
+            self.input_shape: tuple[int | None, ...] = shape
+        else:
+            h, w, c = model_image_size(self.model)
+            if config.size is not None:
+                h, w = config.size
+            self.input_shape = (h, w, c)
         params = dict(config.method_params)
         common = {"batch_size": config.batch_size}
         self.method = build(config.method, self.model, params, common)
@@ -118,7 +123,9 @@ class BatchExplainer:
         """
         if self._map_shape is None:
             probe_input = np.zeros((1, *[d or 32 for d in self.input_shape]), np.float32)
-            self._explain(probe_input, np.array([-1]))
+            with warnings.catch_warnings():  # a zero probe's map may well be zero: no news for the user
+                warnings.simplefilter("ignore")
+                self._explain(probe_input, np.array([-1]))
         assert self._map_shape is not None
         return self._map_shape
 

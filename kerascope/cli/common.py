@@ -201,3 +201,57 @@ def examples(*lines: str) -> dict[str, Any]:
     label = "example:" if len(lines) == 1 else "examples:"
     return {"epilog": label + "\n" + "\n".join(f"  {line}" for line in lines),
             "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def add_run_flags(parser: argparse.ArgumentParser, *, default_method: str, layer_help: str, target_kind: type = int,
+                  target_extra: str = "", out_default: str | None = None, overwrite_help: str) -> None:
+    """The flags every explaining command shares, defined once: ``MODEL_FILE``, ``--unsafe``, ``--method``,
+    ``--layer``, ``--target``, ``--param``, ``--out``, ``--overwrite``, ``--batch-size``, ``--precision``.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> add_run_flags(p, default_method="gradcam", layer_help="a layer", overwrite_help="replace")
+        >>> a = p.parse_args(["m.keras", "--method", "saliency", "--batch-size", "8", "--out", "o"])
+        >>> a.method, a.batch_size, a.out, a.overwrite
+        (['saliency'], 8, 'o', False)
+    """
+    add_model_flags(parser)
+    add_method_flag(parser, default_method)
+    parser.add_argument("--layer", help=layer_help)
+    add_target_flag(parser, target_kind, target_extra)
+    add_param_flag(parser)
+    if out_default is None:
+        parser.add_argument("--out", required=True, help="output folder")
+    else:
+        parser.add_argument("--out", default=out_default, help=f"output folder (default: {out_default})")
+    parser.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    parser.add_argument("--batch-size", type=int, default=32, help="inputs per model pass (default: 32)")
+    add_precision_flag(parser)
+
+
+def finish_parser(parser: argparse.ArgumentParser, run: Any, *, images: bool = True) -> None:
+    """Add the image options (``images=True``) and ``--quiet`` / ``--json``, and set the command's ``run``.
+
+    Example:
+        >>> p = argparse.ArgumentParser(); finish_parser(p, print)
+        >>> p.parse_args(["--quiet"]).run is print
+        True
+    """
+    if images:
+        add_image_flags(parser)
+    add_output_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def check_batch_size(value: int) -> int:
+    """``--batch-size``, refused below 1 before anything is loaded.
+
+    Example:
+        >>> check_batch_size(0)
+        Traceback (most recent call last):
+        ValueError: --batch-size must be at least 1. Received: --batch-size 0.
+    """
+    if value < 1:
+        raise ValueError(f"--batch-size must be at least 1. Received: --batch-size {value}.")
+    return value
+

@@ -29,6 +29,7 @@ _NOISE = re.compile(
     r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\]"
     r"|E\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\].*(cuda|cuInit|cuDNN|cuFFT|cuBLAS|TensorRT|factory for plugin)"
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] "
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [IW] \d+ \d+\] \S+:\d+: "  # Ray's C++ core (info / warning)
     r"|To enable the following instructions: .* in other operations, rebuild TensorFlow"
     r"|WARNING: All log messages before absl::InitializeLog)",
 )
@@ -42,6 +43,8 @@ def is_noise(line: str) -> bool:
 
     Example:
         >>> is_noise("I0000 00:00:1796238164.456742   10963 port.cc:153] oneDNN custom operations are on.")
+        True
+        >>> is_noise("[2026-12-07 20:06:15,825 I 1387 1387] logging.cc:303: Set ray log level from environment")
         True
         >>> is_noise("kerascope explain: error: Unknown method.")
         False

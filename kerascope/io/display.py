@@ -46,3 +46,18 @@ def read_display_image(path: str | Path, model: tuple[int, int], channels: int =
     with Image.open(path) as picture:
         width, height = picture.size
     return read_image(path, size=display_size((height, width), model, limit), channels=channels)
+
+
+def format_rate(count: float, seconds: float, unit: str = "image") -> str:
+    """A throughput people can read: ``"26.8 images/s"`` when fast, ``"63.0 s/image"`` when slower than one per second.
+
+    Example:
+        >>> format_rate(134, 5.0), format_rate(3, 189.0), format_rate(0, 0.0)
+        ('26.8 images/s', '63.0 s/image', 'no images computed')
+    """
+    if count <= 0 or seconds <= 0:
+        return f"no {unit}s computed"
+    per_second = count / seconds
+    if per_second >= 1:
+        return f"{per_second:.1f} {unit}s/s"
+    return f"{seconds / count:.1f} s/{unit}"

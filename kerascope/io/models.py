@@ -62,10 +62,14 @@ def load_model(path: str | Path, *, safe_mode: bool = True, custom_objects: dict
     if not path.exists():
         raise FileNotFoundError(f"No model file. Received: path={str(path)!r}. Check the path.")
     if path.is_dir():
+        from kerascope.io.presets import is_preset_dir, load_preset
+
+        if is_preset_dir(path):  # a KerasHub task saved with `save_to_preset(folder)`
+            return load_preset(path)
         raise ValueError(
             f"Received a directory: path={str(path)!r}. TensorFlow SavedModel directories cannot be "
-            "explained as Keras 3 models; load the original model and save it with "
-            "`model.save('model.keras')`."
+            "explained as Keras 3 models (a KerasHub preset folder, as `save_to_preset` writes it, can); load "
+            "the original model and save it with `model.save('model.keras')`."
         )
     if path.suffix.lower() not in SUPPORTED:
         raise ValueError(

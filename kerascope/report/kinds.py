@@ -78,9 +78,11 @@ def write_data_report(
         "text": {"vocabulary": vocabulary},
     }[kind]
     files = {name: safe_name(name, fallback="method", max_length=40) for name in named}
-    quantities = {name: map_quantity(e.method, e.params, "layer" if e.layer else kind).label()
+    # token explanations carry no layer attribute: their map is per token, at the embedding
+    at = {name: getattr(e, "layer", None) for name, e in named.items()}
+    quantities = {name: map_quantity(e.method, e.params, "layer" if at[name] else kind).label()
                   for name, e in named.items()}
-    layers = {name: str(e.layer) for name, e in named.items() if e.layer}
+    layers = {name: str(layer) for name, layer in at.items() if layer}
     entries = []
     for i in range(min(count, max_samples)):
         overlays: dict[str, str] = {}

@@ -10,6 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -19,7 +20,9 @@ from kerascope.data import demo_model_path  # noqa: E402
 from kerascope.evaluation import benchmark, bundled_data  # noqa: E402
 from kerascope.evaluation_metrics import MetricCell, available_metrics, confidence_interval  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not demo_model_path().exists(), reason="bundled demo model not built yet")
+pytestmark = [pytest.mark.skipif(not demo_model_path().exists(), reason="bundled demo model not built yet")]
+if keras.backend.backend() == "jax":  # Grad-CAM and the metrics' forwards compile for minutes on JAX
+    pytestmark.append(pytest.mark.slow)
 
 N, STEPS, SEED = 5, 4, 7
 

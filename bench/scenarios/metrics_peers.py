@@ -8,8 +8,9 @@ the rows give each side's median seconds, the ratio of medians and the spread of
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
-from bench.scenario import Options, scenario
+from bench.scenario import Options, scenario, settings
 from bench.timing import rotating_times
 
 
@@ -86,15 +87,28 @@ def _cases(options: Options):
     return cases, {"images": n, "size": size, "features_in_step": step}
 
 
+@dataclass(frozen=True)
+class MetricsSettings:
+    """``--set metrics=pixel_flipping,road``: only these cases (default: all)."""
+
+    metrics: tuple[str, ...] = ()
+
+
 @scenario("metrics-vs-quantus", "Quantus metric families: kerascope (Keras, TF) vs Quantus 0.6.0 (torch twin)",
           tags=("peers",))
 def metrics_vs_quantus(options: Options) -> list[dict]:
     import torch
 
     torch.set_num_threads(1)  # both sides single-threaded compute on a shared machine: work, not contention
+    chosen = settings(MetricsSettings, options).metrics
     cases, setting = _cases(options)
+    unknown = sorted(set(chosen) - set(cases))
+    if unknown:
+        raise ValueError(f"Unknown metrics. Received: --set metrics={','.join(chosen)}. Available: {', '.join(cases)}.")
     rows = []
     for name, (ours, theirs) in cases.items():
+        if chosen and name not in chosen:
+            continue
         ours(), theirs()  # warm-up: compilation, first calls
         times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats)
         ratios = [q / k for k, q in zip(times["kerascope"], times["quantus"], strict=True)]

@@ -24,6 +24,15 @@ import keras
 import numpy as np
 
 from kerascope.core.progress import Progress, progress_scope
+from kerascope.evaluation_metrics import (
+    BUILTIN,
+    Context,
+    MetricCell,
+    check_metrics,
+    columns_of,
+    plot_metrics,  # noqa: F401 - re-exported
+    score_metric,
+)
 from kerascope.methods.base import UnsupportedModelError
 from kerascope.metrics import deletion, energy_pointing_game, insertion, model_randomisation, pointing_game
 from kerascope.metrics._common import to_maps
@@ -91,15 +100,33 @@ class MethodScores:
     deletion_curve: np.ndarray | None = None
     insertion_curve: np.ndarray | None = None
     sanity: SanityResult | None = None
+    cells: dict[str, MetricCell] = field(default_factory=dict)
 
-    def row(self) -> dict[str, Any]:
-        """The table row: method, the :data:`COLUMNS` values and the error (if any).
+    def value(self, column: str) -> float:
+        """The aggregate of one column: the mean over images of a metric column, else the attribute.
+
+        Example:
+            >>> MethodScores("x", deletion_auc=0.25).value("deletion_auc")
+            0.25
+        """
+        if column in self.cells:
+            return self.cells[column].mean
+        return getattr(self, column, math.nan)
+
+    def row(self, columns: Sequence[str] | None = None) -> dict[str, Any]:
+        """The table row: method, the ``columns`` (default :data:`COLUMNS`) values, for metric columns
+        their interval as ``<column>_low`` / ``<column>_high``, and the error (if any).
 
         Example:
             >>> list(MethodScores("x").row())[:2]
             ['method', 'pointing_game']
         """
-        return {"method": self.method, **{c: getattr(self, c) for c in COLUMNS}, "error": self.error}
+        out: dict[str, Any] = {"method": self.method}
+        for c in (COLUMNS if columns is None else columns):
+            out[c] = self.value(c)
+            if c in self.cells:
+                out[f"{c}_low"], out[f"{c}_high"] = self.cells[c].low, self.cells[c].high
+        return {**out, "error": self.error}
 
 
 @dataclass
@@ -115,6 +142,21 @@ class BenchmarkResult:
     rows: list[MethodScores]
     fractions: np.ndarray
     config: dict[str, Any] = field(default_factory=dict)
+    columns: list[str] = field(default_factory=lambda: list(COLUMNS))
+
+    def direction(self, column: str) -> str:
+        """``"higher"`` or ``"lower"``: which values of ``column`` are better.
+
+        Example:
+            >>> BenchmarkResult([], np.zeros(1)).direction("deletion_auc")
+            'lower'
+        """
+        if column in COLUMNS:
+            return COLUMNS[column]
+        for r in self.rows:
+            if column in r.cells:
+                return "higher" if r.cells[column].higher_is_better else "lower"
+        return "higher"
 
     def table(self) -> list[dict[str, Any]]:
         """Rows as dicts (for CSV, the HTML report, JSON).
@@ -123,7 +165,7 @@ class BenchmarkResult:
             >>> BenchmarkResult([MethodScores("a")], np.zeros(1)).table()[0]["method"]
             'a'
         """
-        return [r.row() for r in self.rows]
+        return [r.row(self.columns) for r in self.rows]
 
     def get(self, method: str) -> MethodScores:
         """The row of one method.
@@ -152,30 +194,38 @@ class BenchmarkResult:
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = self.table()
         with path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["method"])
+            names = list(dict.fromkeys(k for r in rows for k in r)) or ["method"]
+            writer = csv.DictWriter(f, fieldnames=names, restval="")
             writer.writeheader()
             writer.writerows(rows)
         return path
 
     def markdown(self) -> str:
-        """The table as GitHub Markdown (3 decimals; arrows give the better direction).
+        """The table as GitHub Markdown (3 decimals; arrows give the better direction; a metric column's cell
+        is ``mean ± half-width`` of its confidence interval over the images, or ``mean [low, high]``).
 
         Example:
             >>> print(BenchmarkResult([MethodScores("a", pointing_game=0.5)], np.zeros(1)).markdown().splitlines()[2])
             | a | 0.500 | – | – | – | – | – | – |
         """
         arrows = {"higher": "↑", "lower": "↓"}
-        head = "| method | " + " | ".join(f"{c.replace('_', ' ')} {arrows[d]}" for c, d in COLUMNS.items()) + " |"
-        sep = "|" + "---|" * (len(COLUMNS) + 1)
+        head = "| method | " + " | ".join(f"{c.replace('_', ' ')} {arrows[self.direction(c)]}"
+                                         for c in self.columns) + " |"
+        sep = "|" + "---|" * (len(self.columns) + 1)
         lines = [head, sep]
         for r in self.rows:
             cells = []
-            for c in COLUMNS:
-                v = getattr(r, c)
+            for c in self.columns:
+                v = r.value(c)
+                if c in r.cells and np.isfinite(v):
+                    cells.append(r.cells[c].text())
+                    continue
                 cells.append("–" if v is None or not np.isfinite(v) else (f"{v:.4f}" if c == "seconds_per_image" else f"{v:.3f}"))
             name = r.method + (f" (failed: {r.error})" if r.error else "")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        return "\n".join(lines)
+        failed = [f"- {r.method}, {c}: {r.cells[c].error}" for r in self.rows for c in self.columns
+                  if c in r.cells and r.cells[c].error]
+        return "\n".join(lines + (["", "Metrics that failed:", *failed] if failed else []))
 
 
 def _input_size(model: keras.Layer) -> tuple[int, int]:
@@ -342,6 +392,10 @@ def benchmark(
     baselines: bool = True,
     deletion_perturbation: str | float = "blur",
     insertion_perturbation: str | float = "zero",
+    metrics: Sequence[str] | None = None,
+    metric_params: dict[str, dict[str, Any]] | None = None,
+    level: float = 0.95,
+    interval: str = "t",
     on_method: Callable[[str], None] | None = None,
     progress: Progress = False,
 ) -> BenchmarkResult:
@@ -364,6 +418,16 @@ def benchmark(
             (blur for deletion, zero for insertion) avoid the two artefacts measured on the bundled
             data: black holes punched pixel by pixel destroy any image (a random map then "wins"
             deletion), and a blurred image is still recognised (every insertion curve starts high).
+        metrics: the columns, by name (:func:`~kerascope.evaluation_metrics.available_metrics`): the
+            benchmark's own ``pointing_game``, ``energy_pointing_game``, ``deletion``, ``insertion``,
+            ``sanity`` (the default, all five) and any :mod:`kerascope.metrics` family (``pixel_flipping``,
+            ``road``, ``sparseness``, ``max_sensitivity``, ...) run on each method's maps with ``steps``
+            steps or draws (docs/evaluation.md lists the settings). Every column but sanity and seconds
+            gets a confidence interval over the images.
+        metric_params: per metric, parameters passed on to it (override the benchmark's settings), e.g.
+            ``{"pixel_flipping": {"features_in_step": 64}}``.
+        level, interval: the confidence level and the interval (``"t"``: Student's t, ``"bootstrap"``:
+            seeded percentile bootstrap), see :func:`~kerascope.evaluation_metrics.confidence_interval`.
         on_method: called with each method's name before it runs (progress).
         progress: a bar (``True``) or callback per phase of each method (explain, deletion,
             insertion, sanity) that moves after every chunk of work; see
@@ -392,6 +456,14 @@ def benchmark(
     if len(masks) != len(images):
         raise ValueError(f"Expected one mask per image. Received: {len(images)} images and {len(masks)} masks.")
     targets = None if labels is None else np.asarray(labels, np.int64)
+    chosen = check_metrics(metrics)
+    params = dict(metric_params or {})
+    unknown = sorted(set(params) - set(chosen))
+    if unknown:
+        raise ValueError(f"metric_params names metrics that are not run. Received: {unknown}. Chosen metrics: "
+                         f"{chosen}.")
+    cell = lambda name, result: MetricCell.of(name, result.scores, result.higher_is_better,  # noqa: E731
+                                              level, interval, seed)
     rows: list[MethodScores] = []
     fractions = np.zeros((0,))
     for name, spec in _explainers(methods, baselines, batch_size, seed):
@@ -407,18 +479,35 @@ def benchmark(
                 attributions = run(model, images, targets)
             row.seconds_per_image = (time.perf_counter() - start) / len(images)
             maps = to_maps(attributions, images.shape[1:3])
-            row.pointing_game = pointing_game(maps, masks).aggregate
-            row.energy_pointing_game = energy_pointing_game(maps, masks).aggregate
-            with progress_scope(len(images), f"{name}: deletion", progress, leave=False):
-                dele = deletion(model, images, maps, targets, steps=steps, batch_size=batch_size,
-                                perturbation=deletion_perturbation)
-            with progress_scope(len(images), f"{name}: insertion", progress, leave=False):
-                ins = insertion(model, images, maps, targets, steps=steps, batch_size=batch_size,
-                                perturbation=insertion_perturbation)
-            row.deletion_auc, row.insertion_auc = dele.aggregate, ins.aggregate
-            row.deletion_curve, row.insertion_curve = dele.mean_curve, ins.mean_curve
-            fractions = dele.fractions
-            if sanity_images > 0:
+            if "pointing_game" in chosen:
+                row.cells["pointing_game"] = cell("pointing_game", pointing_game(maps, masks))
+                row.pointing_game = row.cells["pointing_game"].mean
+            if "energy_pointing_game" in chosen:
+                row.cells["energy_pointing_game"] = cell("energy_pointing_game", energy_pointing_game(maps, masks))
+                row.energy_pointing_game = row.cells["energy_pointing_game"].mean
+            if "deletion" in chosen:
+                with progress_scope(len(images), f"{name}: deletion", progress, leave=False):
+                    dele = deletion(model, images, maps, targets, steps=steps, batch_size=batch_size,
+                                    perturbation=deletion_perturbation, **params.get("deletion", {}))
+                row.cells["deletion_auc"] = cell("deletion_auc", dele)
+                row.deletion_auc, row.deletion_curve, fractions = dele.aggregate, dele.mean_curve, dele.fractions
+            if "insertion" in chosen:
+                with progress_scope(len(images), f"{name}: insertion", progress, leave=False):
+                    ins = insertion(model, images, maps, targets, steps=steps, batch_size=batch_size,
+                                    perturbation=insertion_perturbation, **params.get("insertion", {}))
+                row.cells["insertion_auc"] = cell("insertion_auc", ins)
+                row.insertion_auc, row.insertion_curve, fractions = ins.aggregate, ins.mean_curve, ins.fractions
+            context = Context(model, images, maps, masks, targets, spec, steps, batch_size, seed)
+            for metric in (m for m in chosen if m not in BUILTIN):
+                try:
+                    with progress_scope(len(images), f"{name}: {metric}", progress, leave=False):
+                        row.cells[metric] = cell(metric, score_metric(metric, context, params.get(metric)))
+                except UnsupportedModelError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - one failing metric must not stop the others
+                    row.cells[metric] = MetricCell(metric, np.full(len(images), np.nan), True,
+                                                   error=plain_text(f"{type(error).__name__}: {error}")[:300])
+            if "sanity" in chosen and sanity_images > 0:
                 k = min(sanity_images, len(images))
                 with progress_scope(k, f"{name}: sanity", progress, leave=False):
                     sanity = model_randomisation(
@@ -441,5 +530,8 @@ def benchmark(
         "deletion": str(deletion_perturbation),
         "insertion": str(insertion_perturbation),
         "targets": "labels" if targets is not None else "predicted",
+        "metrics": ",".join(chosen),
+        "interval": f"{level:.0%} {interval}",
     }
-    return BenchmarkResult(rows, fractions, config)
+    columns = [c for c in columns_of(chosen) if not (c.startswith("sanity") and sanity_images <= 0)]
+    return BenchmarkResult(rows, fractions, config, [*columns, "seconds_per_image"])

@@ -103,7 +103,7 @@ for backend in jax torch; do
     tests/test_model_kinds.py tests/test_gradient_inputs.py tests/test_guided_paths.py tests/test_xrai.py \
     tests/test_feature_visualization.py tests/test_tcav.py tests/test_craft.py tests/test_clear_errors.py tests/test_zero_maps.py \
     tests/test_maco_magnitude.py \
-    tests/test_sigmoid_head.py tests/test_vit_zero_cam.py \
+    tests/test_sigmoid_head.py tests/test_vit_zero_cam.py tests/test_evaluation_metrics.py \
     ${extra[@]+"${extra[@]}"} \
     --doctest-modules "kerascope/_backend/$backend.py"
 done

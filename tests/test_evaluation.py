@@ -77,7 +77,7 @@ def test_markdown_and_csv_hold_the_same_numbers(result, tmp_path):
     rows = list(csv.DictReader(path.open()))
     assert [row["method"] for row in rows] == ["gradcam", "saliency", "random (reference)", "constant (reference)"]
     assert float(rows[0]["pointing_game"]) == pytest.approx(r.get("gradcam").pointing_game)
-    assert f"| gradcam | {r.get('gradcam').pointing_game:.3f} |" in r.markdown()
+    assert f"| gradcam | {r.get('gradcam').pointing_game:.3f} ± " in r.markdown()  # mean ± half of its 95% CI
 
 
 def test_evaluate_command_with_a_user_model_and_data_file(tmp_path, capsys):

@@ -3,13 +3,17 @@
 Quantus runs on a PyTorch twin of the same small CNN with identical weights (tests/_quantus.py), both sides
 on the same images, attributions, masks and targets, alternating in one process (``rotating_times``):
 the rows give each side's median seconds, the ratio of medians and the spread of the per-round ratios.
+The ``forward_floor`` row times only the forwards pixel flipping needs, each side's way: the ceiling of the
+speed-up of a metric whose time is its forwards (Quantus batches the curves' forwards over samples too).
+``--set metrics=pixel_flipping,forward_floor`` times a subset.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
-from bench.scenario import Options, scenario
+from bench.scenario import Options, scenario, settings
 from bench.timing import rotating_times
 
 
@@ -83,7 +87,39 @@ def _cases(options: Options):
     cases["road"] = (lambda: metrics.road(gray_model, gray, maps, y, percentages=pct, batch_size=64),
                      lambda: road(model=gray_net, x_batch=nchw(gray), y_batch=y, a_batch=maps[:, None].copy(),
                                   channel_first=True, batch_size=64))
+    cases["forward_floor"] = _forward_floor(model, net, x, step)
     return cases, {"images": n, "size": size, "features_in_step": step}
+
+
+def _forward_floor(model, net, x, step):
+    """The forwards alone of pixel flipping's perturbed images, each side's way: a compiled Keras forward in
+    chunks of 64 against PyTorch on one batch of the N images per step (as Quantus): the ceiling of the
+    speed-up of any metric whose time is its forwards."""
+    import numpy as np
+    import tensorflow as tf
+    import torch
+
+    n = len(x)
+    points = -(-x[0].size // step)
+    images = np.repeat(x, points, axis=0)  # the same number of images as pixel flipping scores
+    forward = tf.function(lambda t: model(t), reduce_retracing=True)
+    steps = torch.from_numpy(np.ascontiguousarray(images.reshape(n, points, *x.shape[1:]).transpose(1, 0, 4, 2, 3)))
+
+    def ours():
+        return [forward(images[i:i + 64]).numpy() for i in range(0, len(images), 64)]
+
+    def theirs():
+        with torch.no_grad():
+            return [torch.softmax(net(batch), -1).numpy() for batch in steps]
+
+    return ours, theirs
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """``--set metrics=pixel_flipping,road``: only these cases (default: all)."""
+
+    metrics: tuple[str, ...] = ()
 
 
 @scenario("metrics-vs-quantus", "Quantus metric families: kerascope (Keras, TF) vs Quantus 0.6.0 (torch twin)",
@@ -92,9 +128,15 @@ def metrics_vs_quantus(options: Options) -> list[dict]:
     import torch
 
     torch.set_num_threads(1)  # both sides single-threaded compute on a shared machine: work, not contention
+    chosen = settings(MetricsSettings, options).metrics
     cases, setting = _cases(options)
+    unknown = sorted(set(chosen) - set(cases))
+    if unknown:
+        raise ValueError(f"Unknown metrics. Received: --set metrics={','.join(chosen)}. Available: {', '.join(cases)}.")
     rows = []
     for name, (ours, theirs) in cases.items():
+        if chosen and name not in chosen:
+            continue
         ours(), theirs()  # warm-up: compilation, first calls
         times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats)
         ratios = [q / k for k, q in zip(times["kerascope"], times["quantus"], strict=True)]

@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "generated shape images are used (see docs/evaluation.md). The model and the data are checked against "
         "each other (input size, channels, dtype, classes) before any work.",
         **examples("kerascope evaluate", "kerascope evaluate model.keras data.npz --methods gradcam,saliency "
-                   "--out eval/"),
+                   "--out eval/", "kerascope evaluate --methods gradcam,saliency --metrics pointing_game,"
+                   "pixel_flipping,road,sparseness --interval bootstrap"),
     )
     p.add_argument("model", nargs="?", metavar="MODEL_FILE", help="a .keras/.h5 model (default: the bundled demo model)")
     p.add_argument("data", nargs="?", metavar="DATA",
@@ -51,6 +52,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=2024, help="data / reference-map / randomisation seed")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--no-references", action="store_true", help="leave out the random and constant reference maps")
+    p.add_argument("--metrics", "--metric", dest="metrics", action="append", metavar="NAMES",
+                   help="metric columns, repeatable or comma-separated (default: pointing_game,"
+                        "energy_pointing_game,deletion,insertion,sanity); any kerascope.metrics family too, e.g. "
+                        "pixel_flipping,road,sparseness,max_sensitivity: `--metrics list` lists them")
+    p.add_argument("--metric-param", action="append", default=[], metavar="METRIC.KEY=VALUE",
+                   help="a parameter passed on to one metric, e.g. pixel_flipping.features_in_step=64 (repeatable)")
+    p.add_argument("--interval", choices=["t", "bootstrap"], default="t",
+                   help="confidence interval over the images: Student's t or a seeded percentile bootstrap")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals (default: 0.95)")
     p.add_argument("--unsafe", action="store_true", help="allow model files that run code (trusted files only)")
     add_output_flags(p)
     p.set_defaults(run=run)
@@ -69,6 +79,35 @@ def _load_data(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         return data["images"], data["masks"], labels  # as stored: checked against the model before any cast
 
 
+def _value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def metric_choice(args: argparse.Namespace) -> tuple[list[str] | None, dict[str, dict]]:
+    """The ``--metrics`` names (None: the default columns) and the ``--metric-param`` settings per metric.
+
+    Example:
+        >>> from kerascope.cli import build_parser
+        >>> a = build_parser().parse_args(["evaluate", "--metrics", "road,sparseness", "--metric", "auc",
+        ...                                "--metric-param", "road.noise=0.02"])
+        >>> metric_choice(a)
+        (['road', 'sparseness', 'auc'], {'road': {'noise': 0.02}})
+    """
+    names = None if not args.metrics else [n.strip() for v in args.metrics for n in v.split(",") if n.strip()]
+    params: dict[str, dict] = {}
+    for item in args.metric_param:
+        key, sep, value = item.partition("=")
+        metric, dot, name = key.strip().partition(".")
+        if not (sep and dot and metric and name):
+            raise ValueError(f"--metric-param takes METRIC.KEY=VALUE. Received: --metric-param {item!r}. "
+                             "Example: --metric-param pixel_flipping.features_in_step=64.")
+        params.setdefault(metric, {})[name] = _value(value)
+    return names, params
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table, write CSV, Markdown, plots and ``index.html`` to ``--out``.
 
@@ -83,11 +122,19 @@ def run(args: argparse.Namespace) -> int:
         bundled_data,
         check_data,
         plot_curves,
+        plot_metrics,
         plot_sanity,
         plot_sanity_curves,
     )
+    from kerascope.evaluation_metrics import available_metrics, check_metrics
     from kerascope.io.models import load_model
     from kerascope.report.html import write_report
+
+    names, metric_params = metric_choice(args)
+    if names == ["list"]:
+        emit(args, {"metrics": available_metrics()}, "\n".join(available_metrics()))
+        return 0
+    chosen = check_metrics(names)  # a misspelt metric fails before the model loads
 
     if args.data:
         images, masks, labels = _load_data(args.data)  # a missing or malformed file fails before the model loads
@@ -109,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         model, images, masks, labels, args.method,
         n=args.n, seed=args.seed, steps=args.steps, sanity_images=args.sanity_images,
         batch_size=args.batch_size, baselines=not args.no_references,
+        metrics=chosen, metric_params=metric_params, level=args.level, interval=args.interval,
         on_method=(lambda name: stderr(f"evaluating {name} ...")) if chatty else None,
         progress=chatty,
     )
@@ -120,13 +168,22 @@ def run(args: argparse.Namespace) -> int:
         ([args.model] if args.model else []) + ([args.data] if args.data else [])
         + (["--methods", *args.method] if args.method else [])
         + [f"--n {args.n}", f"--steps {args.steps}", f"--sanity-images {args.sanity_images}", f"--seed {args.seed}"]
+        + ([f"--metrics {','.join(chosen)}"] if names else [])
+        + [f"--metric-param {p}" for p in args.metric_param]
+        + ([f"--interval {args.interval}"] if args.interval != "t" else [])
+        + ([f"--level {args.level}"] if args.level != 0.95 else [])
     )
     settings = ", ".join(f"{k}={v}" for k, v in result.config.items())
     (out / "benchmark.md").write_text(f"{markdown}\n\n_{settings}; regenerate with `{command}`_\n", encoding="utf-8")
     with warnings.catch_warnings():  # a plot without curves (every method failed) has an empty legend
         warnings.filterwarnings("ignore", message="No artists with labels found to put in legend")
-        pictures = {"curves": plot_curves(result, out / "curves.png").name}
-        if args.sanity_images > 0:
+        pictures = {}
+        if "deletion" in chosen and "insertion" in chosen:
+            pictures["curves"] = plot_curves(result, out / "curves.png").name
+        if any(r.cells for r in result.rows):
+            pictures["metrics (mean and confidence interval over images)"] = plot_metrics(
+                result, out / "metrics.png").name
+        if args.sanity_images > 0 and "sanity" in chosen:
             pictures["sanity cascade"] = plot_sanity(result, images[0], out / "sanity.png").name
             pictures["sanity curves"] = plot_sanity_curves(result, out / "sanity_curves.png").name
     figures = "".join(

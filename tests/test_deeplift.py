@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core.bn_fold import FOLD_BACKENDS
 from kerascope.core.probe import attribute
 from kerascope.methods.base import UnsupportedModelError
+from kerascope.propagation.bn_fold import FOLD_BACKENDS
 
 RNG = np.random.default_rng(0)
 _TF_ONLY = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the rules fuse on TensorFlow only")
@@ -155,7 +155,7 @@ def captum_max_pool_multipliers(x, ref, dy, pool, padding):
 ])
 @pytest.mark.parametrize("group", [None, 3])
 def test_max_pool_rule_on_tiling_windows_is_captums(shape, pool, padding, group):
-    from kerascope.core.deeplift_rules import Shared, maxpool_windows_backward
+    from kerascope.propagation.deeplift_rules import Shared, maxpool_windows_backward
 
     rng = np.random.default_rng(len(shape) + (group or 0))
     # integer values: windows with tied maxima, inputs equal to their reference at some positions

@@ -23,10 +23,7 @@ import numpy as np
 from kerascope import _backend
 from kerascope._backend.errors import StatefulModelError
 from kerascope.core import targets as targets_lib
-from kerascope.core.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
 from kerascope.core.calls import SharedLayerError, chain_ranks, check_call_index, choose_call
-from kerascope.core.conv_backward import cheaper_backward, conv_ops
-from kerascope.core.deeplift_rules import deeplift_rules, operation_paths
 from kerascope.core.graph_reading import (
     call_count,
     feeding,
@@ -38,7 +35,7 @@ from kerascope.core.graph_reading import (
     read_elsewhere,
 )
 from kerascope.core.inputs import Inputs, check_against_model, fit_structure, model_input_names
-from kerascope.core.layers import find_layer, iter_layers, path_of
+from kerascope.core.layers import find_layer, iter_layers, operation_paths, path_of
 from kerascope.core.output_space import (
     OUTPUT_SPACES,
     SATURATED_HIGH,
@@ -70,6 +67,9 @@ from kerascope.core.probe import (
 from kerascope.core.progress import Progress, progress_scope
 from kerascope.core.rows import describe_rows
 from kerascope.numeric.chunking import check_batch_size
+from kerascope.propagation.bn_fold import FOLD_BACKENDS, FoldMismatch, fold_batchnorm, foldable_pairs
+from kerascope.propagation.conv_backward import cheaper_backward, conv_ops
+from kerascope.propagation.deeplift_rules import deeplift_rules
 
 __all__ = [
     "OUTPUT_SPACES", "RULES", "SATURATED_HIGH", "SATURATED_LOW", "ChunkScorer", "Engine", "GradientResult",
@@ -312,7 +312,7 @@ class Engine:
     such a layer without ``call_index`` raises :class:`~kerascope.core.calls.SharedLayerError`.
     ``fold_batchnorm=True`` (default) runs each Conv / Dense layer followed only by a
     ``BatchNormalization`` as one layer inside the compiled passes on TensorFlow and PyTorch
-    (``core/bn_fold.py``; the model is not changed; float32 rounding differs, ~1e-6 relative, see docs/performance.md);
+    (``propagation/bn_fold.py``; the model is not changed; float32 rounding differs, ~1e-6 relative, see docs/performance.md);
     ``False`` runs the model's own graph.
 
     Example:
@@ -1009,11 +1009,11 @@ class Engine:
         With ``fold`` (and the engine's ``fold_batchnorm``, no ``rule`` or one whose ``folds_batchnorm``
         is true, float32) every Conv / Dense +
         BatchNormalization pair that neither is probed nor is ``output_layer`` runs as one layer
-        (``core/bn_fold.py``: exact up to float32 rounding). A folded layer called apart from its
+        (``propagation/bn_fold.py``: exact up to float32 rounding). A folded layer called apart from its
         BatchNormalization (code outside the graph, e.g. a ``Lambda`` closure) makes the pass rerun
         unfolded, and this engine folds no more. With ``input_gradients`` (the pass differentiates w.r.t.
         the model's inputs; float32, not for weight gradients) the convolutions of :meth:`conv_ops` run
-        with their cheaper exact input gradient (``core/conv_backward.py``); passes without an input
+        with their cheaper exact input gradient (``propagation/conv_backward.py``); passes without an input
         gradient would only pay for tracing it.
         """
         try:
@@ -1058,9 +1058,9 @@ class Engine:
     def folded_pairs(self, probed: Sequence[keras.Layer] = ()) -> list[tuple[keras.Layer, keras.Layer]]:
         """The ``(Conv / Dense, BatchNormalization)`` pairs run as one layer in a float32 pass that probes ``probed``.
 
-        Empty with ``fold_batchnorm=False`` and on JAX (``core.bn_fold.FOLD_BACKENDS``: XLA fuses the
+        Empty with ``fold_batchnorm=False`` and on JAX (``propagation.bn_fold.FOLD_BACKENDS``: XLA fuses the
         normalisation already). A pair with a probed layer (or ``output_layer``) is not
-        folded, so what the method reads there is the layer's own output (see ``core/bn_fold.py``).
+        folded, so what the method reads there is the layer's own output (see ``propagation/bn_fold.py``).
 
         Example:
             >>> import keras
@@ -1090,7 +1090,7 @@ class Engine:
     def conv_ops(self, probed: Sequence[keras.Layer] = ()) -> list[tuple[keras.Layer, Callable[[Any, Any], Any]]]:
         """The convolutions run with a cheaper exact backward in a float32 pass that probes ``probed``.
 
-        ``core/conv_backward.py``: on TensorFlow without a GPU, stem and 1x1 ``Conv2D`` layers
+        ``propagation/conv_backward.py``: on TensorFlow without a GPU, stem and 1x1 ``Conv2D`` layers
         (``_backend/tf_conv.py``); none elsewhere. A probed layer (or ``output_layer``) keeps its own op.
 
         Example:
@@ -1199,7 +1199,7 @@ class Engine:
             rule: ``None``, ``"guided"``, ``"deconvnet"`` or ``"deeplift"`` backward rule for
                 ReLUs (``"deeplift"``: rescale rule; the batch is inputs then their references), or
                 an object whose ``install(model, backend)`` context manager patches the model for
-                the trace (``core.lrp_walk.LRPBackward``; one compiled function per equal object).
+                the trace (``propagation.lrp_walk.LRPBackward``; one compiled function per equal object).
             replace: arrays (batch first) that REPLACE the outputs of the first ``len(replace)``
                 ``layers`` during the forward pass (the chosen call of a shared layer); activations and
                 gradients are then those at the given values (layer attribution: IG or SmoothGrad
@@ -1229,7 +1229,7 @@ class Engine:
         if rule not in RULES and not callable(getattr(rule, "install", None)):
             raise ValueError(
                 f"Unknown backward rule. Received: rule={rule!r}. Expected one of {RULES} or an object with "
-                "an `install(model, backend)` context manager (e.g. `core.lrp_walk.LRPBackward`)."
+                "an `install(model, backend)` context manager (e.g. `propagation.lrp_walk.LRPBackward`)."
             )
         if rule in ("guided", "deconvnet"):
             self._check_relus(rule)

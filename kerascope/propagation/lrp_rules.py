@@ -11,7 +11,7 @@ gamma rule). :class:`Epsilon`, :class:`Gamma`, :class:`ZPlus`,
 :class:`AlphaBeta`, :class:`Flat` and :class:`ZBox` follow zennit term by
 term (which parameters are clamped, which biases are zeroed, the sign-aware
 stabiliser). How the terms become a backward pass, and what the other layers
-do, is in :mod:`kerascope.core.lrp_walk`.
+do, is in :mod:`kerascope.propagation.lrp_walk`.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from typing import Any
 import keras
 
 from kerascope import _backend
-from kerascope.core.layers import iter_layers
+from kerascope.core.layers import iter_layers, operation_paths
 from kerascope.core.probe import attribute, patched_attribute
 
 EPS = 1e-10
@@ -571,17 +571,6 @@ def _tensor_positions(op: Any) -> list[tuple[int, ...]] | None:
     return positions
 
 
-def operation_paths(model: keras.Layer) -> Iterator[tuple[str, Any]]:
-    """``(path, op)`` for the raw ``keras.ops`` operations (not layers) of every Functional graph in ``model``."""
-    containers = [("", model)] + [(p + "/", layer) for p, layer in iter_layers(model)]
-    for prefix, container in containers:
-        if not isinstance(container, keras.Model):
-            continue
-        for op in getattr(container, "_operations", None) or []:
-            if not isinstance(op, keras.Layer):
-                yield f"{prefix}{op.name}", op
-
-
 def classify(model: keras.Layer, bypassed: list[str]) -> tuple[list[tuple[str, Any, str]], list[str]]:
     """Sort the model's layers and operations into DeepLIFT rules.
 
@@ -787,7 +776,7 @@ class DeepLiftBackward:
 
     #: The rules replace the backward pass of non-linearities only; a Conv / Dense + BatchNormalization
     #: pair between them is affine, its multiplier its gradient: the engine may run it as one layer
-    #: (``core/bn_fold.py``), the same numbers up to float32 rounding.
+    #: (``propagation/bn_fold.py``), the same numbers up to float32 rounding.
     folds_batchnorm = True
 
     def __init__(self, shared: bool, group: int | None = None, fuse: bool = True) -> None:

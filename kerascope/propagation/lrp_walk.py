@@ -43,10 +43,10 @@ import keras
 import numpy as np
 
 from kerascope import _backend
-from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, operation_paths
-from kerascope.core.layers import iter_layers
-from kerascope.core.lrp_rules import Rule, ZBox, stabilize
+from kerascope.core.layers import iter_layers, operation_paths
 from kerascope.core.probe import attribute, own_patch, patched_attribute
+from kerascope.propagation.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin
+from kerascope.propagation.lrp_rules import Rule, ZBox, stabilize
 
 sg = keras.ops.stop_gradient
 
@@ -285,7 +285,7 @@ def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
     depthwise = _is_depthwise(layer)
 
     def conv(x: Any, kernel: Any, bias: Any) -> Any:
-        patched = own_patch(layer, "convolution_op")  # a scoped cheaper backward (core/conv_backward.py)
+        patched = own_patch(layer, "convolution_op")  # a scoped cheaper backward (propagation/conv_backward.py)
         if patched is not None and not depthwise:
             out = patched(x, kernel)
         else:
@@ -424,7 +424,7 @@ class _Apply:
         """Whether the rule's first term is ``x`` with these parameters: the layer's output itself (ε, LRP-0, zᴮ).
 
         Example:
-            >>> from kerascope.core.lrp_rules import Epsilon, ZPlus
+            >>> from kerascope.propagation.lrp_rules import Epsilon, ZPlus
             >>> _Apply(Epsilon()).owns_output(1.0, 0.0), _Apply(ZPlus()).owns_output(1.0, 0.0)
             (True, False)
         """
@@ -449,7 +449,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
     is restored in ``finally``; yields the number of patched layers.
 
     Example:
-        >>> from kerascope.core.lrp_rules import Epsilon
+        >>> from kerascope.propagation.lrp_rules import Epsilon
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu", name="h"),
         ...                       keras.layers.Dense(1, name="o")])
         >>> with lrp_rules(m, {"h": Epsilon(), "o": Epsilon()}) as n:
@@ -602,7 +602,7 @@ class LRPBackward:
     keeps one compiled function per rule assignment and input signature.
 
     Example:
-        >>> from kerascope.core.lrp_rules import Epsilon
+        >>> from kerascope.propagation.lrp_rules import Epsilon
         >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, name="o")])
         >>> with LRPBackward({"o": Epsilon()}).install(m, None) as n:
         ...     n

@@ -39,7 +39,7 @@ import numpy as np
 from kerascope.core.graph_reading import graph_of
 from kerascope.core.layers import child_layers
 from kerascope.core.probe import attribute, patched_attribute
-from kerascope.propagation.lrp_walk import (
+from kerascope.propagation.affine import (
     _fused_params,
     _on_channels,
     _params,

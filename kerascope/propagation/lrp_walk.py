@@ -313,11 +313,7 @@ class _Apply:
         """Whether the rule's first term is ``x`` with these parameters: the layer's output itself (ε, LRP-0, zᴮ).
 
         Example:
-            >>> from kerascope.propagation.affine import (
-    _fused_params, _is_depthwise, _on_channels, _params, _types, affine_function, batchnorm_fold,
-    is_linear_activation,
-)
-from kerascope.propagation.lrp_rules import Epsilon, ZPlus
+            >>> from kerascope.propagation.lrp_rules import Epsilon, ZPlus
             >>> _Apply(Epsilon()).owns_output(1.0, 0.0), _Apply(ZPlus()).owns_output(1.0, 0.0)
             (True, False)
         """
@@ -342,11 +338,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
     is restored in ``finally``; yields the number of patched layers.
 
     Example:
-        >>> from kerascope.propagation.affine import (
-    _fused_params, _is_depthwise, _on_channels, _params, _types, affine_function, batchnorm_fold,
-    is_linear_activation,
-)
-from kerascope.propagation.lrp_rules import Epsilon
+        >>> from kerascope.propagation.lrp_rules import Epsilon
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu", name="h"),
         ...                       keras.layers.Dense(1, name="o")])
         >>> with lrp_rules(m, {"h": Epsilon(), "o": Epsilon()}) as n:
@@ -499,11 +491,7 @@ class LRPBackward:
     keeps one compiled function per rule assignment and input signature.
 
     Example:
-        >>> from kerascope.propagation.affine import (
-    _fused_params, _is_depthwise, _on_channels, _params, _types, affine_function, batchnorm_fold,
-    is_linear_activation,
-)
-from kerascope.propagation.lrp_rules import Epsilon
+        >>> from kerascope.propagation.lrp_rules import Epsilon
         >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, name="o")])
         >>> with LRPBackward({"o": Epsilon()}).install(m, None) as n:
         ...     n

@@ -22,8 +22,8 @@ graph (the model's Functional / Sequential graph, nested ones too, never inside 
 there, the BN's only argument the conv's output, that output read by nothing else (not a graph
 output either), Keras's own linear activation (by identity: a layer instance or a ``partial`` is an
 activation), the BN on the conv's channel axis, float32 layers. The fused parameters come from
-``propagation/affine.py`` (shared with LRP, which canonises the same pairs). A call that no graph shows (a ``Lambda`` that
-closes over the conv or the BN) is caught when the pass ends: the two layers' call counts differ,
+``propagation/affine.py`` (shared with LRP, which canonises the same pairs). A call that no graph
+shows (a ``Lambda`` that closes over the conv or the BN) is caught when the pass ends: the two layers' call counts differ,
 :class:`FoldMismatch` is raised and the engine reruns the pass unfolded.
 """
 

@@ -1,4 +1,4 @@
-"""Conv / Dense + BatchNormalization folding in the compiled passes (core/bn_fold.py).
+"""Conv / Dense + BatchNormalization folding in the compiled passes (propagation/bn_fold.py).
 
 Folded results must equal the model's own graph (``fold_batchnorm=False``) and a hand-written gradient
 to float32 rounding; pairs that do not fold exactly (another reader, a shared layer, a probed layer, an
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core.bn_fold import FOLD_BACKENDS, _scale_kernel, fold_batchnorm, foldable_pairs
 from kerascope.core.engine import Engine
+from kerascope.propagation.bn_fold import FOLD_BACKENDS, _scale_kernel, fold_batchnorm, foldable_pairs
 
 L = keras.layers
 TOL = {"rtol": 2e-4, "atol": 2e-5}

@@ -1,4 +1,4 @@
-"""Cheaper exact convolution backward passes (``_backend/tf_conv.py``, ``core/conv_backward.py``), TensorFlow.
+"""Cheaper exact convolution backward passes (``_backend/tf_conv.py``, ``propagation/conv_backward.py``), TensorFlow.
 
 The rewritten input gradients are checked against ``tf.GradientTape`` on TensorFlow's own
 convolution (every kernel size / stride / padding / odd size combination below), the patched

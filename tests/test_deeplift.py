@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core.bn_fold import FOLD_BACKENDS
 from kerascope.core.probe import attribute
 from kerascope.methods.base import UnsupportedModelError
+from kerascope.propagation import bn_fold
+from kerascope.propagation.bn_fold import FOLD_BACKENDS
 
 RNG = np.random.default_rng(0)
 _TF_ONLY = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the rules fuse on TensorFlow only")
@@ -155,7 +156,7 @@ def captum_max_pool_multipliers(x, ref, dy, pool, padding):
 ])
 @pytest.mark.parametrize("group", [None, 3])
 def test_max_pool_rule_on_tiling_windows_is_captums(shape, pool, padding, group):
-    from kerascope.core.deeplift_rules import Shared, maxpool_windows_backward
+    from kerascope.propagation.deeplift_multipliers import Shared, maxpool_windows_backward
 
     rng = np.random.default_rng(len(shape) + (group or 0))
     # integer values: windows with tied maxima, inputs equal to their reference at some positions
@@ -272,8 +273,8 @@ def test_batchnorm_pairs_are_folded_in_deeplift_passes(monkeypatch):
         layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape), rng.normal(0, 0.3, beta.shape),
                            rng.normal(0, 0.3, mean.shape), rng.uniform(0.5, 2.0, var.shape)])
     folded_in_passes = []
-    fold = ks.core.engine.fold_batchnorm
-    monkeypatch.setattr(ks.core.engine, "fold_batchnorm",
+    fold = bn_fold.fold_batchnorm
+    monkeypatch.setattr(bn_fold, "fold_batchnorm",
                         lambda pairs: folded_in_passes.append([(a.name, b.name) for a, b in pairs]) or fold(pairs))
     x = RNG.uniform(0, 1, (3, 8, 8, 3)).astype(np.float32)
     background = RNG.uniform(0, 1, (2, 8, 8, 3)).astype(np.float32)

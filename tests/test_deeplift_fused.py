@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import kerascope as ks
-from kerascope.core import deeplift_rules, fuse_tier
 from kerascope.core.inputs import Inputs
 from kerascope.methods import deeplift as deeplift_module
+from kerascope.propagation import deeplift_rules, fuse_tier
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the fused rules are TensorFlow's")
 
@@ -86,7 +86,7 @@ def test_default_fuses_from_the_row_threshold(monkeypatch):
 
 
 def test_repeated_calls_fuse_once_their_saved_time_pays_for_it(monkeypatch):
-    """The default's ski rental (core/fuse_tier.py) on a real model: separate ops until the time the fused
+    """The default's ski rental (propagation/fuse_tier.py) on a real model: separate ops until the time the fused
     rules would have saved reaches the price of fusing, then fused, with the same numbers; ``False`` never."""
     decided: list[bool] = []  # each call's choice, as the runner records it
     finish = deeplift_module._Runner.finish

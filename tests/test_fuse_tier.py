@@ -1,4 +1,4 @@
-"""The ski-rental rule that switches repeated DeepLIFT calls to the fused rules (``kerascope.core.fuse_tier``).
+"""The ski-rental rule that switches repeated DeepLIFT calls to the fused rules (``kerascope.propagation.fuse_tier``).
 
 Simulated calls with known costs: the rule's total never exceeds about twice the best fixed
 choice in hindsight (its guarantee when its estimates are exact), it waits for a steady time,
@@ -12,8 +12,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kerascope.core import fuse_tier
-from kerascope.core.fuse_tier import FuseTier
+from kerascope.propagation import fuse_tier
+from kerascope.propagation.fuse_tier import FuseTier
 
 
 def simulate(calls: int, steady: float, trace: float, kernels: int) -> tuple[float, int | None]:

@@ -428,7 +428,7 @@ def test_parameter_validation():
 )
 def test_cam_upsampling_equals_bilinear_resize(shape, size):
     """The separable numpy resize equals keras.ops.image.resize (bilinear, half-pixel, no antialias)."""
-    from kerascope.core.resize import upsample
+    from kerascope.numeric.resize import upsample
 
     maps = np.random.default_rng(0).normal(size=(3, *shape)).astype("float32")
     grid = maps if len(shape) == 2 else maps[:, :, None]

@@ -15,10 +15,7 @@ restored even when the forward pass raises).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
-
-import keras
 
 from kerascope.core.engine import ChunkScorer, Engine, Transform
 from kerascope.core.inputs import Inputs
@@ -26,30 +23,22 @@ from kerascope.core.inputs import Inputs
 __all__ = ["ChunkScorer", "Transform", "compile_scorer"]
 
 
-def compile_scorer(
-    engine: Engine,
-    inputs: Inputs,
-    *,
-    target_fn: Callable[[Any], Any] | None = None,
-    layer: keras.Layer | None = None,
-    transform: Transform | None = None,
-    extra_spec: tuple[tuple[int | None, ...], str] | None = None,
-) -> ChunkScorer:
+def compile_scorer(engine: Engine, inputs: Inputs, **options: Any) -> ChunkScorer:
     """Compiled ``(arrays, indices, extra) -> (scores, resolved_targets)`` for ``engine``'s model.
 
-    The same as ``engine.scorer(inputs, ...)`` (see
-    :meth:`~kerascope.core.engine.Engine.scorer` for the arguments).
+    The same as ``engine.scorer(inputs, **options)``: ``target_fn``, ``layer``, ``transform`` and
+    ``extra_spec`` as :meth:`~kerascope.core.engine.Engine.scorer` takes them.
 
     Example:
         >>> import keras, numpy as np
         >>> from kerascope.core.engine import engine_for
-        >>> d = keras.layers.Dense(2, use_bias=False, kernel_initializer="ones", name="d")
+        >>> d = keras.layers.Dense(3, use_bias=False, kernel_initializer="ones", name="d")
         >>> m = keras.Sequential([keras.Input((2,)), d, keras.layers.Dense(1, kernel_initializer="ones")])
-        >>> def scale(output, factor):
-        ...     return output * keras.ops.expand_dims(factor, -1)
-        >>> x = Inputs(np.ones((2, 2)))
-        >>> fn = compile_scorer(engine_for(m), x, layer=d, transform=scale, extra_spec=((None,), "float32"))
-        >>> fn(x.arrays, np.zeros(2, "int32"), np.array([1.0, 0.0], "float32"))[0].tolist()
-        [4.0, 0.0]
+        >>> def drop_unit(output, unit):  # one unit of `d` set to zero per row
+        ...     return output * (1.0 - keras.ops.one_hot(unit, 3))
+        >>> x = Inputs(np.ones((3, 2)))
+        >>> fn = compile_scorer(engine_for(m), x, layer=d, transform=drop_unit, extra_spec=((None,), "int32"))
+        >>> fn(x.arrays, np.zeros(3, "int32"), np.array([0, 1, 2], "int32"))[0].tolist()
+        [4.0, 4.0, 4.0]
     """
-    return engine.scorer(inputs, target_fn=target_fn, layer=layer, transform=transform, extra_spec=extra_spec)
+    return engine.scorer(inputs, **options)

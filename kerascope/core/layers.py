@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import keras
 
@@ -175,3 +176,14 @@ def path_of(model: keras.Layer, layer: keras.Layer) -> str:
         if found is layer:
             return path
     return layer.name
+
+
+def operation_paths(model: keras.Layer) -> Iterator[tuple[str, Any]]:
+    """``(path, op)`` for the raw ``keras.ops`` operations (not layers) of every Functional graph in ``model``."""
+    containers = [("", model)] + [(p + "/", layer) for p, layer in iter_layers(model)]
+    for prefix, container in containers:
+        if not isinstance(container, keras.Model):
+            continue
+        for op in getattr(container, "_operations", None) or []:
+            if not isinstance(op, keras.Layer):
+                yield f"{prefix}{op.name}", op

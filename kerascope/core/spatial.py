@@ -37,7 +37,7 @@ from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.layers import iter_layers
 from kerascope.core.output_space import softmax_outputs
 from kerascope.core.probe import bypass_softmax, probe, softmax_candidates
-from kerascope.core.resize import upsample
+from kerascope.numeric.resize import upsample
 
 Reshape = Callable[[np.ndarray], np.ndarray]
 

@@ -168,7 +168,7 @@ class Method:
             ``BatchNormalization`` as one layer with the fused parameters, inside the compiled passes
             on TensorFlow and PyTorch (fewer operations over the activations: ~0.8x the gradient time of
             MobileNetV2; not applied on JAX, whose XLA fuses the normalisation already; the model is never changed; only pairs that fold exactly, never a probed layer; see
-            ``core/bn_fold.py``). The result differs from the unfolded graph by float32 rounding
+            ``propagation/bn_fold.py``). The result differs from the unfolded graph by float32 rounding
             (~1e-6 relative; on an ill-conditioned random ResNet50 up to ~3e-3, as much as a change of batch size
             moves the unfolded pass there). ``False`` runs the model's own graph.
 

@@ -2,7 +2,7 @@
 
 Each replaces the backward pass of the model's non-linearities for the
 duration of one compiled call (the model is never changed): Deconvnet the
-ReLUs', DeepLIFT every non-linearity's (see :mod:`kerascope.core.deeplift_rules`).
+ReLUs', DeepLIFT every non-linearity's (see :mod:`kerascope.propagation.deeplift_rules`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import keras
 import numpy as np
 
 from kerascope.core import targets as targets_lib
-from kerascope.core.deeplift_rules import DeepLiftBackward, classify, fused_kernels, rules_fuse
 from kerascope.core.explanation import Explanation
-from kerascope.core.fuse_tier import FuseTier
 from kerascope.core.inputs import Inputs
 from kerascope.core.precision import UNIT_ROUNDOFF, model_reduced_dtype
 from kerascope.core.probe import softmax_candidates
@@ -34,12 +32,14 @@ from kerascope.methods.integrated import (
     resolve_baselines,
 )
 from kerascope.methods.registry import register
+from kerascope.propagation.deeplift_rules import DeepLiftBackward, classify, fused_kernels, rules_fuse
+from kerascope.propagation.fuse_tier import FuseTier
 
 #: Default ``fuse_rules=None``: calls comparing at least this many inputs with references (a default chunk)
 #: fuse the rules. Below it, XLA's compilations (~0.6 s for each new number of rows on MobileNetV2 at
 #: 160 px) outweigh the gain of one call; from it on the fused first call is about even (fewer temporaries
 #: to allocate) and later ones ~35% faster: docs/performance.md, "DeepLIFT's rules fused". Smaller calls
-#: repeated at one shape fuse once they have paid for it (:class:`~kerascope.core.fuse_tier.FuseTier`).
+#: repeated at one shape fuse once they have paid for it (:class:`~kerascope.propagation.fuse_tier.FuseTier`).
 FUSE_MIN_ROWS = 32
 
 
@@ -338,7 +338,7 @@ class DeepLIFT(Method):
     pooling, and ``(b + b') / 2`` for a product ``a * b`` of two tensors.
     Affine layers pass multipliers back unchanged. Attributions are
     ``(x - baseline) * multipliers`` and sum to ``f(x) - f(baseline)``
-    (summation-to-delta). The rules are in :mod:`kerascope.core.deeplift_rules`
+    (summation-to-delta). The rules are in :mod:`kerascope.propagation.deeplift_rules`
     and the equations in ``docs/methods.md``.
 
     Layers no rule covers (LSTM, attention, LayerNormalization, embeddings,
@@ -376,7 +376,7 @@ class DeepLIFT(Method):
             inputs x background rows), and for smaller calls repeated with
             the same number of inputs once the time the separate ops cost
             over the fused ones reaches the estimated compilation (a
-            ski-rental rule, :mod:`kerascope.core.fuse_tier`: 114-135 calls of 8
+            ski-rental rule, :mod:`kerascope.propagation.fuse_tier`: 114-135 calls of 8
             images on the demo model, 70-80 on MobileNetV2); ``False``: never.
             JAX fuses the whole pass anyway; PyTorch runs op by op.
 

@@ -1,8 +1,8 @@
 """Layer-wise Relevance Propagation (Bach et al. 2015; Montavon et al. 2019) with zennit's rules and composites.
 
-The rules are in :mod:`kerascope.core.lrp_rules`, how they run in
-:mod:`kerascope.core.lrp_walk`, the composites in
-:mod:`kerascope.core.lrp_composites`, the equations in ``docs/methods.md``.
+The rules are in :mod:`kerascope.propagation.lrp_rules`, how they run in
+:mod:`kerascope.propagation.lrp_walk`, the composites in
+:mod:`kerascope.propagation.lrp_composites`, the equations in ``docs/methods.md``.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import numpy as np
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import iter_layers
-from kerascope.core.lrp_composites import COMPOSITES, assign_rules, composite_rules
-from kerascope.core.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
-from kerascope.core.lrp_walk import LRPBackward, classify
 from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import Method, UnsupportedModelError, check_number, problem_path
 from kerascope.methods.registry import register
+from kerascope.propagation.lrp_composites import COMPOSITES, assign_rules, composite_rules
+from kerascope.propagation.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
+from kerascope.propagation.lrp_walk import LRPBackward, classify
 
 __all__ = ["COMPOSITES", "LRP", "AlphaBeta", "Epsilon", "Flat", "Gamma", "Rule", "ZBox", "ZPlus", "check_lrp_support"]
 

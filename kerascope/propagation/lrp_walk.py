@@ -43,10 +43,18 @@ import keras
 import numpy as np
 
 from kerascope import _backend
-from kerascope.core.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin, operation_paths
-from kerascope.core.layers import iter_layers
-from kerascope.core.lrp_rules import Rule, ZBox, stabilize
-from kerascope.core.probe import attribute, own_patch, patched_attribute
+from kerascope.core.layers import iter_layers, operation_paths
+from kerascope.core.probe import attribute, patched_attribute
+from kerascope.propagation.affine import (
+    _fused_params,
+    _on_channels,
+    _params,
+    _types,
+    affine_function,
+    is_linear_activation,
+)
+from kerascope.propagation.deeplift_rules import ELEMENTWISE_ACTIVATIONS, _has_children, _is_builtin
+from kerascope.propagation.lrp_rules import Rule, ZBox, stabilize
 
 sg = keras.ops.stop_gradient
 
@@ -92,26 +100,6 @@ class Sites:
     activation: list[tuple[str, Any]] = field(default_factory=list)
     batchnorm: list[tuple[str, keras.Layer]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-
-def is_linear_activation(activation: Any) -> bool:
-    """``activation`` is Keras's identity (``None`` or ``keras.activations.linear`` itself).
-
-    By identity, never by name: a layer instance, a ``functools.partial`` or a user function called
-    ``linear`` is an activation to apply, not one to skip.
-
-    Example:
-        >>> import functools, keras
-        >>> is_linear_activation(keras.layers.Dense(2).activation), is_linear_activation(keras.layers.ReLU())
-        (True, False)
-        >>> is_linear_activation(functools.partial(keras.activations.leaky_relu, negative_slope=0.1))
-        False
-    """
-    return activation is None or activation is keras.activations.linear
-
-
-def _types(names: tuple[str, ...]) -> tuple[type, ...]:
-    return tuple(getattr(keras.layers, n) for n in names if hasattr(keras.layers, n))
 
 
 def _activation_ok(layer: Any, bypassed: list[str], path: str) -> str | None:
@@ -266,78 +254,6 @@ def passed(z: Any, fn: Callable[[Any], Any]) -> Any:
     return _op(lambda _, v: v, _through, "lrp_pass")(z, sg(fn(z)))
 
 
-def affine_function(layer: keras.Layer) -> Callable[[Any, Any, Any], Any]:
-    """``f(x, kernel, bias)``: the linear part of a Dense / Conv layer with the given parameters.
-
-    Example:
-        >>> import numpy as np
-        >>> d = keras.layers.Dense(1); d.build((None, 2))
-        >>> f = affine_function(d)
-        >>> keras.ops.convert_to_numpy(f(np.ones((1, 2), "float32"), np.full((2, 1), 2.0, "float32"), None)).tolist()
-        [[4.0]]
-    """
-    if isinstance(layer, keras.layers.Dense):
-        def dense(x: Any, kernel: Any, bias: Any) -> Any:
-            return _add_bias(keras.ops.matmul(x, kernel), bias, lambda out, b: out + b)
-        return dense
-
-    rank, channels_last = layer.rank, layer.data_format == "channels_last"
-    depthwise = _is_depthwise(layer)
-
-    def conv(x: Any, kernel: Any, bias: Any) -> Any:
-        patched = own_patch(layer, "convolution_op")  # a scoped cheaper backward (core/conv_backward.py)
-        if patched is not None and not depthwise:
-            out = patched(x, kernel)
-        else:
-            op = keras.ops.depthwise_conv if depthwise else keras.ops.conv
-            out = op(x, kernel, strides=layer.strides if depthwise else list(layer.strides), padding=layer.padding,
-                     dilation_rate=layer.dilation_rate, data_format=layer.data_format)
-        shape = (1,) * (rank + 1) + (-1,) if channels_last else (1, -1) + (1,) * rank
-        return _add_bias(out, bias, lambda o, b: o + keras.ops.reshape(b, shape), channels_last)
-    return conv
-
-
-def _add_bias(out: Any, bias: Any, plain: Callable[[Any, Any], Any], channels_last: bool = True) -> Any:
-    """``plain(out, bias)``, or the backend's ``bias_add`` where it has one and ``bias`` is one value per
-    channel of ``out``'s last axis (``None``: ``out``).
-
-    On TensorFlow that is a ``BiasAdd`` op, which Grappler fuses into the convolution or matrix
-    product before it (with a following ReLU / ReLU6, and with a residual ``Add`` + ReLU); a plain
-    ``AddV2`` of the bias is merged by Grappler's arithmetic optimiser with the residual ``Add`` into
-    an ``AddN`` that nothing fuses. Same values up to float32 rounding (oneDNN adds the bias inside the
-    fused op).
-
-    Example:
-        >>> import numpy as np
-        >>> b = np.array([1.0, 2.0], "float32")
-        >>> keras.ops.convert_to_numpy(_add_bias(np.zeros((1, 2), "float32"), b, lambda o, b: o + b)).tolist()
-        [[1.0, 2.0]]
-    """
-    if bias is None:
-        return out
-    bias_add = getattr(_backend.get(), "bias_add", None)
-    if bias_add is not None and channels_last and len(getattr(bias, "shape", ())) == 1:
-        return bias_add(out, bias)
-    return plain(out, bias)
-
-
-def _is_depthwise(layer: keras.Layer) -> bool:
-    return isinstance(layer, _types(("DepthwiseConv1D", "DepthwiseConv2D")))
-
-
-def _params(layer: keras.Layer) -> tuple[Any, Any]:
-    kernel = keras.ops.convert_to_tensor(layer.kernel)
-    bias = keras.ops.convert_to_tensor(layer.bias) if getattr(layer, "bias", None) is not None else None
-    return kernel, bias
-
-
-def _on_channels(affine: keras.Layer, bn: keras.Layer, ndim: int) -> bool:
-    """Whether ``bn`` normalises the output channels of ``affine`` (then it folds into it)."""
-    channel = ndim - 1 if getattr(affine, "data_format", "channels_last") == "channels_last" else 1
-    axes = [bn.axis] if isinstance(bn.axis, int) else list(bn.axis)
-    return len(axes) == 1 and axes[0] % ndim == channel
-
-
 def _feeds_batchnorm_only(layer: keras.Layer) -> bool:
     """A linear Dense / Conv whose every use in the model graph is a ``BatchNormalization`` on its channels.
 
@@ -354,33 +270,6 @@ def _feeds_batchnorm_only(layer: keras.Layer) -> bool:
         if not _on_channels(layer, bn, len(args[0].shape)):
             return False
     return bool(nodes)
-
-
-def batchnorm_fold(bias: Any, bn: keras.Layer) -> tuple[Any, Any]:
-    """``(s, (bias - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``: ``bn(z + bias) == z * s + shift``.
-
-    Example:
-        >>> bn = keras.layers.BatchNormalization(epsilon=0.0); bn.build((None, 2))
-        >>> [keras.ops.convert_to_numpy(v).tolist() for v in batchnorm_fold(None, bn)]
-        [[1.0, 1.0], [0.0, 0.0]]
-    """
-    scale = keras.ops.rsqrt(keras.ops.convert_to_tensor(bn.moving_variance) + bn.epsilon)
-    if bn.gamma is not None:
-        scale = scale * keras.ops.convert_to_tensor(bn.gamma)
-    mean = keras.ops.convert_to_tensor(bn.moving_mean)
-    shift = keras.ops.convert_to_tensor(bn.beta) if bn.beta is not None else 0.0
-    return scale, ((bias if bias is not None else 0.0) - mean) * scale + shift
-
-
-def _fused_params(affine: keras.Layer, bn: keras.Layer, ndim: int) -> tuple[Any, Any] | None:
-    """The parameters of ``affine`` followed by ``bn`` as one layer (``None``: BN not on the output channels)."""
-    if not _on_channels(affine, bn, ndim):
-        return None
-    kernel, bias = _params(affine)
-    scale, fused_bias = batchnorm_fold(bias, bn)
-    # output channel c of a depthwise kernel (..., in, multiplier) is (c // multiplier, c % multiplier)
-    kernel_scale = keras.ops.reshape(scale, tuple(kernel.shape[-2:])) if _is_depthwise(affine) else scale
-    return kernel * kernel_scale, fused_bias
 
 
 #: Activations whose outputs are never negative (the next layer's ``min(x, 0)`` terms vanish).
@@ -424,7 +313,7 @@ class _Apply:
         """Whether the rule's first term is ``x`` with these parameters: the layer's output itself (ε, LRP-0, zᴮ).
 
         Example:
-            >>> from kerascope.core.lrp_rules import Epsilon, ZPlus
+            >>> from kerascope.propagation.lrp_rules import Epsilon, ZPlus
             >>> _Apply(Epsilon()).owns_output(1.0, 0.0), _Apply(ZPlus()).owns_output(1.0, 0.0)
             (True, False)
         """
@@ -449,7 +338,7 @@ def lrp_rules(model: keras.Layer, rules: Mapping[str, Rule], stabilizer: float =
     is restored in ``finally``; yields the number of patched layers.
 
     Example:
-        >>> from kerascope.core.lrp_rules import Epsilon
+        >>> from kerascope.propagation.lrp_rules import Epsilon
         >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu", name="h"),
         ...                       keras.layers.Dense(1, name="o")])
         >>> with lrp_rules(m, {"h": Epsilon(), "o": Epsilon()}) as n:
@@ -602,7 +491,7 @@ class LRPBackward:
     keeps one compiled function per rule assignment and input signature.
 
     Example:
-        >>> from kerascope.core.lrp_rules import Epsilon
+        >>> from kerascope.propagation.lrp_rules import Epsilon
         >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, name="o")])
         >>> with LRPBackward({"o": Epsilon()}).install(m, None) as n:
         ...     n

@@ -22,8 +22,8 @@ graph (the model's Functional / Sequential graph, nested ones too, never inside 
 there, the BN's only argument the conv's output, that output read by nothing else (not a graph
 output either), Keras's own linear activation (by identity: a layer instance or a ``partial`` is an
 activation), the BN on the conv's channel axis, float32 layers. The fused parameters come from
-``core/lrp_walk.py`` (LRP canonises the same pairs). A call that no graph shows (a ``Lambda`` that
-closes over the conv or the BN) is caught when the pass ends: the two layers' call counts differ,
+``propagation/affine.py`` (shared with LRP, which canonises the same pairs). A call that no graph
+shows (a ``Lambda`` that closes over the conv or the BN) is caught when the pass ends: the two layers' call counts differ,
 :class:`FoldMismatch` is raised and the engine reruns the pass unfolded.
 """
 
@@ -38,7 +38,8 @@ import numpy as np
 
 from kerascope.core.graph_reading import graph_of
 from kerascope.core.layers import child_layers
-from kerascope.core.lrp_walk import (
+from kerascope.core.probe import attribute, patched_attribute
+from kerascope.propagation.affine import (
     _fused_params,
     _on_channels,
     _params,
@@ -47,7 +48,6 @@ from kerascope.core.lrp_walk import (
     batchnorm_fold,
     is_linear_activation,
 )
-from kerascope.core.probe import attribute, patched_attribute
 
 __all__ = ["FOLDABLE_LAYERS", "FOLD_BACKENDS", "FoldMismatch", "Pair", "fold_batchnorm", "foldable_pairs"]
 

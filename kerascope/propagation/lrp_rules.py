@@ -11,7 +11,7 @@ gamma rule). :class:`Epsilon`, :class:`Gamma`, :class:`ZPlus`,
 :class:`AlphaBeta`, :class:`Flat` and :class:`ZBox` follow zennit term by
 term (which parameters are clamped, which biases are zeroed, the sign-aware
 stabiliser). How the terms become a backward pass, and what the other layers
-do, is in :mod:`kerascope.core.lrp_walk`.
+do, is in :mod:`kerascope.propagation.lrp_walk`.
 """
 
 from __future__ import annotations
@@ -125,8 +125,9 @@ class ZPlus(Rule):
     ``z⁺ = x⁺ W⁺ + b⁺ + x⁻ W⁻``; ``R_i = (x⁺_i w⁺_ij + x⁻_i w⁻_ij) R_j / z⁺_j``.
 
     Example:
-        >>> ZPlus().name
-        'zplus'
+        >>> import numpy as np
+        >>> [(name, keras.ops.convert_to_numpy(w).tolist()) for name, w, _, _ in ZPlus().terms(np.array([1.0, -2.0]), None)]
+        [('pos', [1.0, 0.0]), ('neg', [0.0, -2.0])]
     """
 
     stabilizer: float = 1e-6
@@ -209,8 +210,9 @@ class Flat(Rule):
     """LRP-flat: relevance spread uniformly over each output's receptive field (all weights 1, no bias).
 
     Example:
-        >>> Flat().name
-        'flat'
+        >>> import numpy as np
+        >>> [(name, keras.ops.convert_to_numpy(w).tolist()) for name, w, _, _ in Flat().terms(np.array([3.0, -2.0]), None)]
+        [('ones', [1.0, 1.0])]
     """
 
     stabilizer: float = 1e-6

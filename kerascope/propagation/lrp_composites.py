@@ -24,7 +24,7 @@ from typing import Any
 
 import keras
 
-from kerascope.core.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
+from kerascope.propagation.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
 
 COMPOSITES = ("epsilon", "epsilon_plus", "epsilon_plus_flat", "epsilon_alpha2_beta1", "epsilon_gamma_box")
 

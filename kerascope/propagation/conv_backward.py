@@ -5,7 +5,7 @@ forward and a cheaper exact input gradient (``_backend.<name>.conv_op``; on Tens
 GPU: the stem and 1x1 convolutions, ``kerascope/_backend/tf_conv.py``). Inside
 ``with cheaper_backward(ops)`` each such layer's ``convolution_op`` is that op; the instance
 attribute is removed on exit, also after an exception, so the model is never changed. A folded
-Conv + BatchNormalization pair (``core/bn_fold.py``) runs the patched op too (``affine_function``
+Conv + BatchNormalization pair (``propagation/bn_fold.py``) runs the patched op too (``affine_function``
 calls a patched ``convolution_op``).
 """
 

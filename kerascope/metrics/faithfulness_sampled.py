@@ -79,9 +79,8 @@ Example:
     >>> import keras, numpy as np
     >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
     ...                       keras.layers.Dense(1, use_bias=False)])
-    >>> m.set_weights([np.array([[1.0], [2.0], [3.0], [4.0]])])
-    >>> a = np.array([[[1.0, 2.0], [3.0, 4.0]]])
-    >>> r = faithfulness_correlation(m, np.ones((1, 2, 2, 1)), a, 0, nr_runs=8, subset_size=2,
+    >>> w = np.array([[1.0], [2.0], [3.0], [4.0]]); m.set_weights([w])
+    >>> r = faithfulness_correlation(m, np.ones((1, 2, 2, 1)), w.reshape(1, 2, 2), 0, nr_runs=8, subset_size=2,
     ...                              perturbation=0.0, output="logits")
     >>> r.scores.round(6).tolist()
     [1.0]
@@ -201,43 +200,8 @@ def _segments(x: np.ndarray, segments: Any) -> np.ndarray:
     return np.stack([np.unique(row, return_inverse=True)[1].reshape(-1) for row in flat])
 
 
-def irof(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    segments: Any = None,
-    perturbation: str | float = "mean",
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> CurveResult:
-    """Iterative removal of features, IROF (Rieger & Hansen 2020): remove superpixels by mean attribution.
-
-    Segments are SLIC superpixels (``skimage.segmentation.slic(image,
-    start_label=0)`` per image, as Quantus) or ``segments`` ``(N, H, W)``
-    labels. Segments are removed cumulatively, highest mean attribution first;
-    each removed segment takes the ``perturbation`` value of the image as it
-    stands before that step (``"mean"``: the current image's mean, as Quantus).
-    ``curves`` ``(N, K)`` holds the target's score over its clean score,
-    padded with zeros to the largest segment count ``K``; ``scores`` is
-    ``K_i`` minus the area of the image's own ``K_i`` points with unit
-    spacing (the area over the curve; Quantus integrates the zero padding
-    too, so its score of an image depends on the others in its batch).
-    **Higher is better.**
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> seg = np.array([[[0, 0], [1, 1]]]); a = np.array([[[2.0, 2.0], [1.0, 1.0]]])
-        >>> r = irof(m, np.ones((1, 2, 2, 1)), a, 0, segments=seg, perturbation=0.0, output="logits")
-        >>> r.curves.tolist(), r.scores.tolist()
-        ([[0.5, 0.0]], [1.75])
-    """
-    f = Features(model, inputs, attributions, targets, 0.0, abs, output, batch_size)
+def _irof(f: Features, *, segments: Any = None) -> CurveResult:
+    perturbation = f.perturbation  # each step writes the perturbation of the image as it stands
     x = f.x.reshape(f.shape)
     labels = _segments(x, segments)
     counts_per = labels.max(1) + 1
@@ -286,3 +250,30 @@ def irof(
     aoc = counts_per - ((curves[:, 1:] + curves[:, :-1]) * present[:, 1:]).sum(1) / 2.0  # own segments only
     return CurveResult("irof", aoc.astype(np.float64), True, {"targets": f.classes, "segments": counts_per},
                        curves=curves, fractions=np.arange(1, k_max + 1) / k_max)
+
+
+irof = features_metric(_irof, "irof", """\
+Iterative removal of features, IROF (Rieger & Hansen 2020): remove superpixels by mean attribution.
+
+Segments are SLIC superpixels (``skimage.segmentation.slic(image,
+start_label=0)`` per image, as Quantus) or ``segments`` ``(N, H, W)``
+labels. Segments are removed cumulatively, highest mean attribution first;
+each removed segment takes the ``perturbation`` value of the image as it
+stands before that step (``"mean"``: the current image's mean, as Quantus).
+``curves`` ``(N, K)`` holds the target's score over its clean score,
+padded with zeros to the largest segment count ``K``; ``scores`` is
+``K_i`` minus the area of the image's own ``K_i`` points with unit
+spacing (the area over the curve; Quantus integrates the zero padding
+too, so its score of an image depends on the others in its batch).
+**Higher is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> seg = np.array([[[0, 0], [1, 1]]]); a = np.array([[[2.0, 2.0], [1.0, 1.0]]])
+    >>> r = irof(m, np.ones((1, 2, 2, 1)), a, 0, segments=seg, perturbation=0.0, output="logits")
+    >>> r.curves.tolist(), r.scores.tolist()
+    ([[0.5, 0.0]], [1.75])
+""", perturbation="mean")

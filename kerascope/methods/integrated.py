@@ -47,6 +47,7 @@ from kerascope.methods.paths import (  # noqa: F401  (also imported from here by
     resolve_baselines,
 )
 from kerascope.methods.registry import register
+from kerascope.numeric.blur import gaussian_blur  # noqa: F401  (imported from here by feature masks and tests)
 
 _FIRST_LEVEL = 3  # tolerance=: the first batch is the grid of 2**3 intervals (7 open / 9 closed points)
 
@@ -339,19 +340,6 @@ class IntegratedGradients(PathMethod):
         )
         return result.scores.astype(np.float64), result.targets
 
-    def params(self) -> dict[str, Any]:
-        """Hyper-parameters (an array baseline is reported by its shape).
-
-        Example:
-            >>> import keras, kerascope as ks
-            >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-            >>> ks.IntegratedGradients(m, steps=8).params()["steps"]
-            8
-        """
-        params = super().params()
-        params["baseline"] = _describe_baseline(self.baseline)
-        return params
-
 
 @register
 class ExpectedGradients(PathMethod):
@@ -507,19 +495,6 @@ class ExpectedGradients(PathMethod):
         if values is not None:
             return self._layer_result(inputs, attributions[0], scores, resolved, **extras)
         return self._input_result(inputs, self.attributed_inputs(inputs), attributions, scores, resolved, **extras)
-
-    def params(self) -> dict[str, Any]:
-        """Hyper-parameters (the background reported by its shape).
-
-        Example:
-            >>> import keras, numpy as np, kerascope as ks
-            >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-            >>> ks.ExpectedGradients(m, baseline=np.zeros((5, 2))).params()["baseline"]
-            '<array shape=(5, 2)>'
-        """
-        params = super().params()
-        params["baseline"] = _describe_baseline(self.baseline)
-        return params
 
 
 GradientSHAP = ExpectedGradients

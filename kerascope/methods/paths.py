@@ -131,6 +131,21 @@ class PathMethod(LayerMethod):
     see the real inputs).
     """
 
+    def params(self) -> dict[str, Any]:
+        """Hyper-parameters (an array baseline or background is reported by its shape).
+
+        Example:
+            >>> import keras, numpy as np, kerascope as ks
+            >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            >>> ks.IntegratedGradients(m, steps=8).params()["steps"]
+            8
+            >>> ks.ExpectedGradients(m, baseline=np.zeros((5, 2))).params()["baseline"]
+            '<array shape=(5, 2)>'
+        """
+        params = super().params()
+        params["baseline"] = _describe_baseline(self.baseline)
+        return params
+
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         if self._layer is not None:
             return self._explain_at(inputs, None, targets)

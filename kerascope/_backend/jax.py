@@ -22,6 +22,12 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
+from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
+    differentiable_positions,
+    modified_relu,
+    rescale_relu,
+)
+
 NAME = "jax"
 
 Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
@@ -134,13 +140,7 @@ def compile_gradients(
         [[2.0, 4.0]]
     """
     n_layers = len(layer_names)
-    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
-    if any(not np.issubdtype(np.dtype(input_specs[i][1]), np.floating) for i in wrt):
-        raise ValueError(
-            "The target score is not differentiable w.r.t. the model inputs (integer "
-            "inputs such as token ids, or a non-differentiable op). For token inputs, "
-            "attribute at the embedding layer with `layer=`."
-        )
+    wrt = differentiable_positions(input_specs, wrt_inputs)
 
     def record_fn(flat: list[Any], transform: Callable) -> Any:
         scores, _, acts = forward(flat[:-1], flat[-1], transform)
@@ -269,85 +269,6 @@ def compile_forward(
         return _to_numpy(compiled([v.value for v in variables], [jnp.asarray(x) for x in inputs]))
 
     return run
-
-
-def _with_vjp(fn: Callable[[Any], Any], backward: Callable[[Any, Any, Any, Callable], Any]) -> Callable[[Any], Any]:
-    """``fn`` with a custom backward ``backward(x, y, dy, vjp) -> dx`` (``vjp``: fn's own)."""
-
-    @jax.custom_vjp
-    def wrapped(x: Any) -> Any:
-        return fn(x)
-
-    def fwd(x: Any) -> tuple[Any, Any]:
-        y, vjp = jax.vjp(fn, x)
-        return y, (x, y, vjp)
-
-    def bwd(res: Any, dy: Any) -> tuple[Any]:
-        x, y, vjp = res
-        return (backward(x, y, dy, vjp),)
-
-    wrapped.defvjp(fwd, bwd)
-    return wrapped
-
-
-def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
-    """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
-
-    ``"guided"``: ``relu'(x) * relu(dy)``; ``"deconvnet"``: ``relu(dy)``;
-    ``"deeplift"``: the rescale rule (see :func:`rescale_relu`).
-
-    Example:
-        >>> g = modified_relu(jax.nn.relu, "guided")
-        >>> x = jnp.array([-1.0, 2.0, 3.0])
-        >>> jax.grad(lambda v: jnp.sum(g(v) * jnp.array([5.0, 5.0, -5.0])))(x).tolist()
-        [0.0, 5.0, 0.0]
-    """
-    if rule == "deeplift":
-        return rescale_relu(fn)
-    if rule not in ("guided", "deconvnet"):
-        raise ValueError(
-            f"Unknown ReLU rule. Received: rule={rule!r}. Expected 'guided', 'deconvnet' or 'deeplift'."
-        )
-
-    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
-        positive = jnp.maximum(dy, 0)
-        if rule == "deconvnet":
-            return positive
-        return vjp(positive)[0]
-
-    wrapped = _with_vjp(fn, backward)
-    wrapped.__name__ = f"{rule}_{getattr(fn, '__name__', 'relu')}"
-    return wrapped
-
-
-def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any], Any]:
-    """Wrap an element-wise ``fn``: same forward value, DeepLIFT rescale-rule backward.
-
-    The batch holds the inputs in its first half and their references in its
-    second half, row for row; the multiplier ``(fn(x) - fn(x_ref)) / (x - x_ref)``
-    (the ordinary derivative where ``|x - x_ref| < eps``) is used for both halves.
-
-    Example:
-        >>> g = rescale_relu(jax.nn.relu)
-        >>> x = jnp.array([[-1.0, 3.0], [1.0, 1.0]])  # row 0: input, row 1: reference
-        >>> jax.grad(lambda v: jnp.sum(g(v)))(x).tolist()
-        [[0.5, 1.0], [0.5, 1.0]]
-    """
-
-    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
-        plain = vjp(dy)[0]
-        half = x.shape[0] // 2
-        delta_x = x[:half] - x[half:]
-        delta_y = y[:half] - y[half:]
-        delta_x = jnp.concatenate([delta_x, delta_x], axis=0)
-        delta_y = jnp.concatenate([delta_y, delta_y], axis=0)
-        small = jnp.abs(delta_x) < eps
-        ratio = delta_y / jnp.where(small, jnp.ones_like(delta_x), delta_x)
-        return jnp.where(small, plain, dy * ratio)
-
-    wrapped = _with_vjp(fn, backward)
-    wrapped.__name__ = f"deeplift_{getattr(fn, '__name__', 'relu')}"
-    return wrapped
 
 
 def fuses_rules() -> bool:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from kerascope._backend import tf_fused
 from kerascope._backend.errors import StatefulModelError
+from kerascope._backend.neutral import modified_relu, rescale_relu  # noqa: F401  (the backend interface)
 from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
 
 NAME = "tensorflow"
@@ -476,90 +477,6 @@ def select(condition: Any, a: Any, b: Any) -> Any:
     if condition.shape.as_list() == a.shape.as_list() == b.shape.as_list() and a.shape.rank is not None:
         return tf.raw_ops.Select(condition=condition, x=a, y=b)
     return tf.where(condition, a, b)
-
-
-def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
-    """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
-
-    ``"guided"`` (Springenberg et al.): pass only positive gradients through
-    units whose input was positive: ``relu'(x) * relu(dy)``.
-    ``"deconvnet"`` (Zeiler & Fergus): pass positive gradients regardless of
-    the forward activation: ``relu(dy)``.
-
-    Example:
-        >>> g = modified_relu(tf.nn.relu, "guided")
-        >>> x = tf.constant([-1.0, 2.0, 3.0])
-        >>> with tf.GradientTape() as t:
-        ...     t.watch(x)
-        ...     y = tf.reduce_sum(g(x) * tf.constant([5.0, 5.0, -5.0]))
-        >>> t.gradient(y, x).numpy().tolist()
-        [0.0, 5.0, 0.0]
-    """
-    if rule == "deeplift":
-        return rescale_relu(fn)
-    if rule not in ("guided", "deconvnet"):
-        raise ValueError(
-            f"Unknown ReLU rule. Received: rule={rule!r}. Expected 'guided', 'deconvnet' or 'deeplift'."
-        )
-
-    @tf.custom_gradient
-    def wrapped(x: tf.Tensor) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = fn(x)
-
-        def grad(dy: tf.Tensor) -> tf.Tensor:
-            positive = tf.nn.relu(dy)
-            if rule == "deconvnet":
-                return positive
-            return tape.gradient(y, x, output_gradients=positive)
-
-        return y, grad
-
-    wrapped.__name__ = f"{rule}_{getattr(fn, '__name__', 'relu')}"
-    return wrapped
-
-
-def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any], Any]:
-    """Wrap an element-wise ``fn``: same forward value, DeepLIFT rescale-rule backward.
-
-    The batch holds the inputs in its first half and their references
-    (baselines) in its second half, row for row. The backward pass multiplies
-    the incoming gradient by ``(fn(x) - fn(x_ref)) / (x - x_ref)`` (the same
-    multiplier for both halves), or by the ordinary derivative where
-    ``|x - x_ref| < eps`` (Shrikumar et al. 2017; Captum uses the same ``eps``).
-
-    Example:
-        >>> g = rescale_relu(tf.nn.relu)
-        >>> x = tf.constant([[-1.0, 3.0], [1.0, 1.0]])  # row 0: input, row 1: reference
-        >>> with tf.GradientTape() as t:
-        ...     t.watch(x)
-        ...     y = tf.reduce_sum(g(x))
-        >>> t.gradient(y, x).numpy().tolist()
-        [[0.5, 1.0], [0.5, 1.0]]
-    """
-
-    @tf.custom_gradient
-    def wrapped(x: tf.Tensor) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = fn(x)
-
-        def grad(dy: tf.Tensor) -> tf.Tensor:
-            plain = tape.gradient(y, x, output_gradients=dy)
-            half = tf.shape(x)[0] // 2
-            delta_x = x[:half] - x[half:]
-            delta_y = y[:half] - y[half:]
-            delta_x = tf.concat([delta_x, delta_x], axis=0)
-            delta_y = tf.concat([delta_y, delta_y], axis=0)
-            small = tf.abs(delta_x) < eps
-            ratio = delta_y / tf.where(small, tf.ones_like(delta_x), delta_x)
-            return tf.where(small, plain, dy * ratio)
-
-        return y, grad
-
-    wrapped.__name__ = f"deeplift_{getattr(fn, '__name__', 'relu')}"
-    return wrapped
 
 
 def fuses_rules() -> bool:

@@ -19,6 +19,12 @@ import keras
 import numpy as np
 import torch
 
+from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
+    differentiable_positions,
+    modified_relu,
+    rescale_relu,
+)
+
 NAME = "torch"
 
 Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
@@ -86,13 +92,7 @@ def compile_gradients(
         >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
         [[2.0, 4.0]]
     """
-    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
-    if any(not np.issubdtype(np.dtype(input_specs[i][1]), np.floating) for i in wrt):
-        raise ValueError(
-            "The target score is not differentiable w.r.t. the model inputs (integer "
-            "inputs such as token ids, or a non-differentiable op). For token inputs, "
-            "attribute at the embedding layer with `layer=`."
-        )
+    wrt = differentiable_positions(input_specs, wrt_inputs)
     weights = [w for w in weights]
     traced = [False]
 
@@ -177,96 +177,6 @@ def compile_forward(
             return _to_numpy(forward([_tensor(x) for x in inputs]))
 
     return run
-
-
-def _with_backward(fn: Callable[[Any], Any], backward: Callable[[Any, Any, Any, Callable], Any], name: str) -> Callable:
-    """``fn`` with a custom backward ``backward(x, y, dy, vjp) -> dx`` (``vjp``: fn's own)."""
-
-    def vjp_of(x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        def vjp(dy: torch.Tensor) -> torch.Tensor:
-            with torch.enable_grad():
-                leaf = x.detach().requires_grad_(True)
-                return torch.autograd.grad(fn(leaf), leaf, dy)[0]
-
-        return vjp
-
-    class Rule(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-            y = fn(x)
-            ctx.save_for_backward(x, y)
-            return y
-
-        @staticmethod
-        def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
-            x, y = ctx.saved_tensors
-            return backward(x, y, dy, vjp_of(x))
-
-    Rule.__name__ = name
-
-    def wrapped(x: Any) -> Any:
-        return Rule.apply(_tensor(x))
-
-    wrapped.__name__ = name
-    return wrapped
-
-
-def modified_relu(fn: Callable[[Any], Any], rule: str) -> Callable[[Any], Any]:
-    """Wrap a ReLU-like ``fn``: same forward value, backward rule ``rule``.
-
-    ``"guided"``: ``relu'(x) * relu(dy)``; ``"deconvnet"``: ``relu(dy)``;
-    ``"deeplift"``: the rescale rule (see :func:`rescale_relu`).
-
-    Example:
-        >>> g = modified_relu(torch.relu, "guided")
-        >>> x = torch.tensor([-1.0, 2.0, 3.0], requires_grad=True)
-        >>> (g(x) * torch.tensor([5.0, 5.0, -5.0])).sum().backward()
-        >>> x.grad.tolist()
-        [0.0, 5.0, 0.0]
-    """
-    if rule == "deeplift":
-        return rescale_relu(fn)
-    if rule not in ("guided", "deconvnet"):
-        raise ValueError(
-            f"Unknown ReLU rule. Received: rule={rule!r}. Expected 'guided', 'deconvnet' or 'deeplift'."
-        )
-
-    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
-        positive = torch.relu(dy)
-        if rule == "deconvnet":
-            return positive
-        return vjp(positive)
-
-    return _with_backward(fn, backward, f"{rule}_{getattr(fn, '__name__', 'relu')}")
-
-
-def rescale_relu(fn: Callable[[Any], Any], eps: float = 1e-10) -> Callable[[Any], Any]:
-    """Wrap an element-wise ``fn``: same forward value, DeepLIFT rescale-rule backward.
-
-    The batch holds the inputs in its first half and their references in its
-    second half, row for row; the multiplier ``(fn(x) - fn(x_ref)) / (x - x_ref)``
-    (the ordinary derivative where ``|x - x_ref| < eps``) is used for both halves.
-
-    Example:
-        >>> g = rescale_relu(torch.relu)
-        >>> x = torch.tensor([[-1.0, 3.0], [1.0, 1.0]], requires_grad=True)  # input, reference
-        >>> g(x).sum().backward()
-        >>> x.grad.tolist()
-        [[0.5, 1.0], [0.5, 1.0]]
-    """
-
-    def backward(x: Any, y: Any, dy: Any, vjp: Callable) -> Any:
-        plain = vjp(dy)
-        half = x.shape[0] // 2
-        delta_x = x[:half] - x[half:]
-        delta_y = y[:half] - y[half:]
-        delta_x = torch.cat([delta_x, delta_x], dim=0)
-        delta_y = torch.cat([delta_y, delta_y], dim=0)
-        small = delta_x.abs() < eps
-        ratio = delta_y / torch.where(small, torch.ones_like(delta_x), delta_x)
-        return torch.where(small, plain, dy * ratio)
-
-    return _with_backward(fn, backward, f"deeplift_{getattr(fn, '__name__', 'relu')}")
 
 
 def fuses_rules() -> bool:

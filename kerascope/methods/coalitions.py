@@ -267,8 +267,7 @@ class ShapleySampling(FeatureMaskMethod):
         self.seed = check_seed(seed)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        plan, scores, resolved = self._setup(inputs, targets)
-        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
+        plan, scores, resolved, draws = _seeded_setup(self, inputs, targets)
         features = plan.features
         width = int(features.max())
         # each feature's position in each random order (samples, width) per sample: the coalitions
@@ -296,6 +295,13 @@ class ShapleySampling(FeatureMaskMethod):
             phi.append(total / self.samples)
             base.append(rows[0])
         return self._finish(inputs, plan, phi, scores, resolved, base_scores=np.asarray(base, np.float32))
+
+
+def _seeded_setup(method: Any, inputs: Inputs, targets: Any) -> tuple[Any, Any, Any, np.random.Generator]:
+    """The mask plan, scores and targets of a sampling explainer, and its call's generator (``seed=None``:
+    fresh draws for the whole call)."""
+    plan, scores, resolved = method._setup(inputs, targets)
+    return plan, scores, resolved, np.random.default_rng(method.seed)
 
 
 def _sample_draws(seed: int | None, draws: np.random.Generator) -> np.random.Generator:
@@ -349,8 +355,7 @@ class KernelSHAP(FeatureMaskMethod):
         self.seed = check_seed(seed)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        plan, scores, resolved = self._setup(inputs, targets)
-        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
+        plan, scores, resolved, draws = _seeded_setup(self, inputs, targets)
         features = plan.features
         width = int(features.max())
         counts = [self.samples if self.samples is not None else 2 * int(k) + 2048 for k in features]
@@ -469,8 +474,7 @@ class LIME(FeatureMaskMethod):
         return np.sqrt(np.exp(-(d**2) / width**2))
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
-        plan, scores, resolved = self._setup(inputs, targets)
-        draws = np.random.default_rng(self.seed)  # seed=None: fresh draws for the whole call
+        plan, scores, resolved, draws = _seeded_setup(self, inputs, targets)
         features = plan.features
         width = int(features.max())
         streamed.check_fits("LIME", width, self.samples, True, _TOO_MANY)

@@ -55,9 +55,11 @@ class Deconvnet(Saliency):
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
-        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)])
-        >>> ks.Deconvnet(m).explain(np.ones((1, 3)), 0).attributions.shape
-        (1, 3)
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="relu", use_bias=False),
+        ...                       keras.layers.Dense(1, use_bias=False)])
+        >>> m.set_weights([-np.eye(2), np.ones((2, 1))])  # every ReLU is off at x = 1: the gradient is 0
+        >>> ks.Deconvnet(m).explain(np.ones((1, 2)), 0).attributions.tolist()  # relu(dy) passes anyway
+        [[-1.0, -1.0]]
     """
 
     name = "deconvnet"

@@ -16,8 +16,26 @@ from kerascope.methods.registry import register
 from kerascope.numeric.resize import upsample as resize
 
 
+class _Rollout(Method):
+    """What both rollouts take: the attention layers read, the class token, the resize of a ViT's patch grid."""
+
+    def __init__(
+        self,
+        model: keras.Layer,
+        *,
+        layers: Any = None,
+        class_token: bool | None = None,
+        upsample: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, **kwargs)
+        self.layers = layers
+        self.class_token = class_token
+        self.upsample = bool(upsample)
+
+
 @register
-class AttentionRollout(Method):
+class AttentionRollout(_Rollout):
     """Attention rollout: the attention maps multiplied from the first layer to the last.
 
     Per layer the heads are averaged, the residual connection is added as
@@ -50,23 +68,11 @@ class AttentionRollout(Method):
     description = "Attention maps multiplied from the first layer to the last (Abnar & Zuidema 2020)."
     aliases = ("rollout", "attentionrollout")
 
-    def __init__(
-        self,
-        model: keras.Layer,
-        *,
-        layers: Any = None,
-        class_token: bool | None = None,
-        residual: float = 0.5,
-        upsample: bool = True,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, model: keras.Layer, *, residual: float = 0.5, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         if not 0.0 <= float(residual) <= 1.0:
             raise ValueError(f"`residual` must be in [0, 1] (the identity's weight). Received: residual={residual!r}.")
-        self.layers = layers
-        self.class_token = class_token
         self.residual = float(residual)
-        self.upsample = bool(upsample)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         maps = _self_attention_maps(self.model, inputs, self.layers, self.batch_size)
@@ -79,7 +85,7 @@ class AttentionRollout(Method):
 
 
 @register
-class GradientRollout(Method):
+class GradientRollout(_Rollout):
     """Gradient-weighted attention rollout (Chefer, Gur & Wolf 2021): class-specific attention relevance.
 
     Per attention layer, the gradient of the target score w.r.t. the attention
@@ -112,20 +118,6 @@ class GradientRollout(Method):
     name = "gradient_rollout"
     description = "Attention weighted by its gradient, (dA * A)^+, rolled out over the layers (Chefer et al. 2021)."
     aliases = ("gradientrollout", "grad_rollout")
-
-    def __init__(
-        self,
-        model: keras.Layer,
-        *,
-        layers: Any = None,
-        class_token: bool | None = None,
-        upsample: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(model, **kwargs)
-        self.layers = layers
-        self.class_token = class_token
-        self.upsample = bool(upsample)
 
     def _explain(self, inputs: Inputs, targets: Any) -> Explanation:
         order = list(_self_attention_maps(self.model, inputs.subset(slice(0, 1)), self.layers, 1))

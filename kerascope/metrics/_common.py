@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,3 +218,61 @@ def baseline_images(x: np.ndarray, perturbation: str | float, blur_sigma: float 
         "Unknown perturbation. Received: perturbation="
         f"{perturbation!r}. Expected 'zero', 'blur', 'mean' or a float."
     )
+
+
+def publish(call: Callable[[inspect.BoundArguments], Any], name: str, doc: str, signature: inspect.Signature,
+            module: str) -> Callable:
+    """A public function ``name`` of ``module`` with ``signature`` and ``doc`` that runs ``call(bound arguments)``.
+
+    Example:
+        >>> sig = inspect.signature(lambda x, *, scale=2.0: None)
+        >>> twice = publish(lambda b: b.arguments["x"] * b.arguments["scale"], "twice", "Twice x.", sig, __name__)
+        >>> twice(3.0), twice.__name__
+        (6.0, 'twice')
+    """
+
+    def metric(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return call(bound)
+
+    metric.__name__ = metric.__qualname__ = name
+    metric.__doc__ = doc
+    metric.__module__ = module
+    metric.__signature__ = signature  # type: ignore[attr-defined]
+    metric.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    metric.__annotations__["return"] = signature.return_annotation
+    return metric
+
+
+def with_defaults(params: list[inspect.Parameter], defaults: dict[str, Any], owner: str) -> list[inspect.Parameter]:
+    """``params`` with the defaults in ``defaults`` changed (an unknown name is an error)."""
+    unknown = set(defaults) - {p.name for p in params}
+    if unknown:
+        raise TypeError(f"Unknown keywords of {owner}. Received: {sorted(unknown)}.")
+    return [p.replace(default=defaults[p.name]) if p.name in defaults else p for p in params]
+
+
+def public_metric(impl: Callable, name: str, doc: str, *, hide: tuple[str, ...] = (), **defaults: Any) -> Callable:
+    """One public metric from a shared implementation ``impl(name, ...)``: its signature less the name.
+
+    Twin metrics (one implementation, a different reduction or default) keep
+    their own name, docstring and Quantus-style keyword signature: ``hide``
+    drops keywords the metric does not take (their defaults are passed),
+    ``defaults`` changes a keyword's default.
+
+    Example:
+        >>> def _impl(kind: str, x: float, *, scale: float = 1.0, shift: float = 0.0) -> str:
+        ...     return f"{kind}={x * scale + shift}"
+        >>> doubled = public_metric(_impl, "doubled", "Twice x.", hide=("shift",), scale=2.0)
+        >>> doubled(3.0), str(inspect.signature(doubled))
+        ('doubled=6.0', "(x: 'float', *, scale: 'float' = 2.0) -> 'str'")
+    """
+    full = inspect.signature(impl)
+    params = with_defaults(list(full.parameters.values())[1:], defaults, impl.__name__)
+    if set(hide) - {p.name for p in params}:
+        raise TypeError(f"Unknown keywords of {impl.__name__}. Received: hide={hide}.")
+    hidden = {p.name: p.default for p in params if p.name in hide}
+    signature = full.replace(parameters=[p for p in params if p.name not in hide])
+    return publish(lambda bound: impl(name, *bound.args, **bound.kwargs, **hidden), name, doc, signature,
+                   impl.__module__)

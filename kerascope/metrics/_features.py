@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import keras
 import numpy as np
 
-from kerascope.metrics._common import Scorer, image_batch, unpack
+from kerascope.metrics._common import Scorer, image_batch, publish, unpack, with_defaults
 
 BASELINES = ("black", "white", "mean", "zero")
 
@@ -83,6 +84,7 @@ class Features:
                 f"{x.shape} (per element). Received: attributions with shape {a.shape}."
             )
         self.shape = x.shape
+        self.perturbation = perturbation
         self.x = x.reshape(n, -1, g)
         self.a = np.abs(a.reshape(n, -1)) if absolute else a.reshape(n, -1)
         self.base = baseline_values(x, perturbation).astype(np.float32)
@@ -139,3 +141,48 @@ def check_positive_int(name: str, value: Any, upper: int | None = None) -> int:
         bound = f" in [1, {upper}]" if upper is not None else ""
         raise ValueError(f"`{name}` must be a positive int{bound}. Received: {name}={value!r}.")
     return int(value)
+
+
+def _shared_keywords(
+    model: keras.Layer,
+    inputs: Any,
+    attributions: Any,
+    targets: Any = None,
+    *,
+    perturbation: str | float = "black",
+    abs: bool = False,  # noqa: A002 - Quantus's name
+    output: str = "probabilities",
+    batch_size: int = 64,
+) -> None:
+    """The arguments every feature-removal metric takes (Quantus's names); they make its :class:`Features`."""
+
+
+_SHARED = list(inspect.signature(_shared_keywords).parameters.values())
+
+
+def features_metric(body: Callable, name: str, doc: str, **defaults: Any) -> Callable:
+    """The public feature-removal metric ``name``: ``body(features, **own keywords)`` behind the shared arguments.
+
+    The public signature is ``(model, inputs, attributions, targets=None, *,
+    <body's keywords>, perturbation, abs, output, batch_size)``; ``defaults``
+    changes a default (e.g. ``output="logits"`` where Quantus scores logits).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> def _size(f: Features, *, scale: int = 1) -> int:
+        ...     return scale * f.features
+        >>> size = features_metric(_size, "size", "Features per sample.", abs=True)
+        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(1)])
+        >>> size(m, np.ones((1, 2, 2, 1)), np.ones((1, 2, 2)), 0, scale=3)
+        12
+    """
+    own = list(inspect.signature(body).parameters.values())[1:]
+    params = with_defaults(_SHARED[:4] + own + _SHARED[4:], defaults, name)
+    signature = inspect.Signature(params, return_annotation=inspect.signature(body).return_annotation)
+
+    def call(bound: inspect.BoundArguments) -> Any:
+        given = dict(bound.arguments)
+        f = Features(*(given.pop(p.name) for p in _SHARED))
+        return body(f, **given)
+
+    return publish(call, name, doc, signature, body.__module__)

@@ -19,6 +19,7 @@ from kerascope.metrics._common import (
     Scorer,
     baseline_images,
     image_batch,
+    public_metric,
     to_maps,
     unpack,
 )
@@ -81,16 +82,17 @@ def _curve(
     model: keras.Layer,
     inputs: Any,
     attributions: Any,
-    targets: Any,
+    targets: Any = None,
     *,
-    perturbation: str | float,
-    steps: int | None,
-    step_size: int | None,
-    reduce: str,
-    output: str,
-    batch_size: int,
-    blur_sigma: float | None,
+    perturbation: str | float = "zero",
+    steps: int | None = 32,
+    step_size: int | None = None,
+    reduce: str = "abs_sum",
+    output: str = "probabilities",
+    batch_size: int = 64,
+    blur_sigma: float | None = None,
 ) -> CurveResult:
+    """Deletion or insertion: the target's score as pixels leave (or join) the image, most important first."""
     attributions, targets = unpack(attributions, targets)
     x = image_batch(inputs)
     n, h, w, c = x.shape
@@ -120,88 +122,67 @@ def _curve(
     )
 
 
-def deletion(
+deletion = public_metric(_curve, "deletion", """\
+Deletion curve and AUC (Petsiuk et al. 2018): remove the most important pixels first.
+
+Pixels are ranked by the attribution map (channels reduced with
+``reduce``); step ``k`` replaces the top ``k * step_size`` pixels (all
+channels) by the ``perturbation`` (``"zero"``, ``"blur"``, ``"mean"`` or a
+float) and records the target's score. **Lower AUC is better** (the score
+should collapse quickly). ``steps`` sets the number of steps, or
+``step_size`` the pixels per step (overrides ``steps``).
+
+Args:
+    model: the Keras model (never modified).
+    inputs: images ``(N, H, W, C)``.
+    attributions: raw attributions ``(N, H, W[, C])`` or an :class:`Explanation`.
+    targets: class indices; None = the explanation's targets, else the predicted class.
+    output: ``"probabilities"`` (the model's own output) or ``"logits"``.
+    batch_size: perturbed images per forward call.
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> x = np.ones((1, 2, 2, 1)); a = np.array([[[4.0, 3.0], [2.0, 1.0]]])
+    >>> r = deletion(m, x, a, 0, steps=4, output="logits")
+    >>> r.curves.tolist(), r.aggregate
+    ([[4.0, 3.0, 2.0, 1.0, 0.0]], 2.0)
+""")
+
+
+insertion = public_metric(_curve, "insertion", """\
+Insertion curve and AUC (Petsiuk et al. 2018): start from the perturbed image, add pixels back.
+
+Starts from the ``perturbation`` baseline (default a blurred copy, as in
+the paper) and restores the most important pixels first. **Higher AUC is
+better.** Arguments as in :func:`deletion`.
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> r = insertion(m, np.ones((1, 2, 2, 1)), np.ones((1, 2, 2)), 0, perturbation="zero",
+    ...               steps=2, output="logits")
+    >>> r.curves.tolist(), r.aggregate
+    ([[0.0, 2.0, 4.0]], 2.0)
+""", perturbation="blur")
+
+
+def _average_change(
+    kind: str,
     model: keras.Layer,
     inputs: Any,
     attributions: Any,
     targets: Any = None,
     *,
-    perturbation: str | float = "zero",
-    steps: int | None = 32,
-    step_size: int | None = None,
     reduce: str = "abs_sum",
     output: str = "probabilities",
     batch_size: int = 64,
-    blur_sigma: float | None = None,
-) -> CurveResult:
-    """Deletion curve and AUC (Petsiuk et al. 2018): remove the most important pixels first.
-
-    Pixels are ranked by the attribution map (channels reduced with
-    ``reduce``); step ``k`` replaces the top ``k * step_size`` pixels (all
-    channels) by the ``perturbation`` (``"zero"``, ``"blur"``, ``"mean"`` or a
-    float) and records the target's score. **Lower AUC is better** (the score
-    should collapse quickly). ``steps`` sets the number of steps, or
-    ``step_size`` the pixels per step (overrides ``steps``).
-
-    Args:
-        model: the Keras model (never modified).
-        inputs: images ``(N, H, W, C)``.
-        attributions: raw attributions ``(N, H, W[, C])`` or an :class:`Explanation`.
-        targets: class indices; None = the explanation's targets, else the predicted class.
-        output: ``"probabilities"`` (the model's own output) or ``"logits"``.
-        batch_size: perturbed images per forward call.
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> x = np.ones((1, 2, 2, 1)); a = np.array([[[4.0, 3.0], [2.0, 1.0]]])
-        >>> r = deletion(m, x, a, 0, steps=4, output="logits")
-        >>> r.curves.tolist(), r.aggregate
-        ([[4.0, 3.0, 2.0, 1.0, 0.0]], 2.0)
-    """
-    return _curve("deletion", model, inputs, attributions, targets, perturbation=perturbation, steps=steps,
-                  step_size=step_size, reduce=reduce, output=output, batch_size=batch_size, blur_sigma=blur_sigma)
-
-
-def insertion(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    perturbation: str | float = "blur",
-    steps: int | None = 32,
-    step_size: int | None = None,
-    reduce: str = "abs_sum",
-    output: str = "probabilities",
-    batch_size: int = 64,
-    blur_sigma: float | None = None,
-) -> CurveResult:
-    """Insertion curve and AUC (Petsiuk et al. 2018): start from the perturbed image, add pixels back.
-
-    Starts from the ``perturbation`` baseline (default a blurred copy, as in
-    the paper) and restores the most important pixels first. **Higher AUC is
-    better.** Arguments as in :func:`deletion`.
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> r = insertion(m, np.ones((1, 2, 2, 1)), np.ones((1, 2, 2)), 0, perturbation="zero",
-        ...               steps=2, output="logits")
-        >>> r.curves.tolist(), r.aggregate
-        ([[0.0, 2.0, 4.0]], 2.0)
-    """
-    return _curve("insertion", model, inputs, attributions, targets, perturbation=perturbation, steps=steps,
-                  step_size=step_size, reduce=reduce, output=output, batch_size=batch_size, blur_sigma=blur_sigma)
-
-
-def _explanation_map_scores(
-    model: keras.Layer, inputs: Any, attributions: Any, targets: Any, reduce: str, output: str, batch_size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> MetricResult:
+    """Average drop or increase: the target's score on the image and on ``image * map`` (map scaled to [0, 1])."""
     attributions, targets = unpack(attributions, targets)
     x = image_batch(inputs)
     n, h, w, _ = x.shape
@@ -213,67 +194,47 @@ def _explanation_map_scores(
     classes = scorer.targets(x, targets)
     both = np.concatenate([x, x * unit[..., None]])
     scores = scorer.score_chunks(2 * n, lambda j: both[j], lambda j: classes[j % n])
-    return scores[:n], scores[n:], classes
+    y, o = scores[:n], scores[n:]
+    if kind == "average_drop":
+        drop = 100.0 * np.maximum(0.0, y - o) / np.where(np.abs(y) > 0, y, np.nan)
+        return MetricResult(kind, drop.astype(np.float64), False, {"targets": classes, "y": y, "o": o})
+    return MetricResult(kind, 100.0 * (o > y).astype(np.float64), True, {"targets": classes, "y": y, "o": o})
 
 
-def average_drop(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    reduce: str = "abs_sum",
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> MetricResult:
-    """Average Drop % (Chattopadhyay et al. 2018): confidence lost when only the explained region is kept.
+average_drop = public_metric(_average_change, "average_drop", """\
+Average Drop % (Chattopadhyay et al. 2018): confidence lost when only the explained region is kept.
 
-    The map is min-max scaled to [0, 1] per sample and multiplied into the
-    image; per sample ``100 * max(0, Y - O) / Y`` with ``Y`` the target's
-    probability on the image and ``O`` on the masked image. **Lower is
-    better.** Meaningful for probabilities (``Y > 0``).
+The map is min-max scaled to [0, 1] per sample and multiplied into the
+image; per sample ``100 * max(0, Y - O) / Y`` with ``Y`` the target's
+probability on the image and ``O`` on the masked image. **Lower is
+better.** Meaningful for probabilities (``Y > 0``).
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> a = np.array([[[1.0, 1.0], [0.0, 0.0]]])
-        >>> average_drop(m, np.ones((1, 2, 2, 1)), a, 0, output="logits").aggregate
-        50.0
-    """
-    y, o, classes = _explanation_map_scores(model, inputs, attributions, targets, reduce, output, batch_size)
-    drop = 100.0 * np.maximum(0.0, y - o) / np.where(np.abs(y) > 0, y, np.nan)
-    return MetricResult("average_drop", drop.astype(np.float64), False, {"targets": classes, "y": y, "o": o})
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> a = np.array([[[1.0, 1.0], [0.0, 0.0]]])
+    >>> average_drop(m, np.ones((1, 2, 2, 1)), a, 0, output="logits").aggregate
+    50.0
+""")
 
 
-def average_increase(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    reduce: str = "abs_sum",
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> MetricResult:
-    """Average Increase in confidence % (Chattopadhyay et al. 2018): how often the masked image scores higher.
+average_increase = public_metric(_average_change, "average_increase", """\
+Average Increase in confidence % (Chattopadhyay et al. 2018): how often the masked image scores higher.
 
-    Per sample 100 if the target's score on ``image * map`` (map scaled to
-    [0, 1]) exceeds the score on the image, else 0. **Higher is better.**
+Per sample 100 if the target's score on ``image * map`` (map scaled to
+[0, 1]) exceeds the score on the image, else 0. **Higher is better.**
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([-np.ones((4, 1))])
-        >>> a = np.array([[[1.0, 1.0], [0.0, 0.0]]])
-        >>> average_increase(m, np.ones((1, 2, 2, 1)), a, 0, output="logits").aggregate
-        100.0
-    """
-    y, o, classes = _explanation_map_scores(model, inputs, attributions, targets, reduce, output, batch_size)
-    return MetricResult("average_increase", 100.0 * (o > y).astype(np.float64), True,
-                        {"targets": classes, "y": y, "o": o})
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([-np.ones((4, 1))])
+    >>> a = np.array([[[1.0, 1.0], [0.0, 0.0]]])
+    >>> average_increase(m, np.ones((1, 2, 2, 1)), a, 0, output="logits").aggregate
+    100.0
+""")
 
 
 def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

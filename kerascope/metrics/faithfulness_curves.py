@@ -11,13 +11,11 @@ compiled forward in chunks of ``batch_size``: no Python loop per step or sample.
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import keras
 import numpy as np
 
 from kerascope.metrics._common import MetricResult
-from kerascope.metrics._features import Features, check_positive_int, pearson_rows, ranks
+from kerascope.metrics._features import Features, check_positive_int, features_metric, pearson_rows, ranks
 from kerascope.metrics.faithfulness import CurveResult
 
 
@@ -27,37 +25,7 @@ def _trapezoid(curves: np.ndarray) -> np.ndarray:
     return (c[:, 1:] + c[:, :-1]).sum(1) / 2.0
 
 
-def pixel_flipping(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    features_in_step: int = 1,
-    perturbation: str | float = "black",
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> CurveResult:
-    """Pixel-flipping (Bach et al. 2015): remove features from the most relevant down, cumulatively.
-
-    Step ``k`` replaces the ``(k + 1) * features_in_step`` highest-ranked
-    features by the ``perturbation`` and records the target's score;
-    ``curves`` is ``(N, ceil(F / features_in_step))`` as Quantus returns it,
-    ``scores`` its area with unit spacing (Quantus's ``return_auc_per_sample``).
-    **Lower is better.**
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> r = pixel_flipping(m, np.ones((1, 2, 2, 1)), np.array([[[4.0, 3.0], [2.0, 1.0]]]), 0,
-        ...                    perturbation=0.0, output="logits")
-        >>> r.curves.tolist(), r.scores.tolist()
-        ([[3.0, 2.0, 1.0, 0.0]], [4.5])
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
+def _pixel_flipping(f: Features, *, features_in_step: int = 1) -> CurveResult:
     step = check_positive_int("features_in_step", features_in_step, f.features)
     points = math.ceil(f.features / step)
     rank = ranks(f.a)
@@ -68,8 +36,29 @@ def pixel_flipping(
 
     curves = f.score(f.n * points, make, points).reshape(f.n, points)
     return CurveResult("pixel_flipping", _trapezoid(curves), False,
-                       {"targets": f.classes, "features_in_step": step, "perturbation": perturbation},
+                       {"targets": f.classes, "features_in_step": step, "perturbation": f.perturbation},
                        curves=curves, fractions=np.minimum((np.arange(points) + 1) * step, f.features) / f.features)
+
+
+pixel_flipping = features_metric(_pixel_flipping, "pixel_flipping", """\
+Pixel-flipping (Bach et al. 2015): remove features from the most relevant down, cumulatively.
+
+Step ``k`` replaces the ``(k + 1) * features_in_step`` highest-ranked
+features by the ``perturbation`` and records the target's score;
+``curves`` is ``(N, ceil(F / features_in_step))`` as Quantus returns it,
+``scores`` its area with unit spacing (Quantus's ``return_auc_per_sample``).
+**Lower is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> r = pixel_flipping(m, np.ones((1, 2, 2, 1)), np.array([[[4.0, 3.0], [2.0, 1.0]]]), 0,
+    ...                    perturbation=0.0, output="logits")
+    >>> r.curves.tolist(), r.scores.tolist()
+    ([[3.0, 2.0, 1.0, 0.0]], [4.5])
+""")
 
 
 def _patch_ranks(f: Features, patch_size: int, order: str, seed: int) -> tuple[np.ndarray, int]:
@@ -104,41 +93,14 @@ def _patch_curve(f: Features, pixel_rank: np.ndarray, points: int) -> np.ndarray
     return f.score(f.n * points, make, points).reshape(f.n, points)
 
 
-def region_perturbation(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
+def _region_perturbation(
+    f: Features,
     *,
     patch_size: int = 8,
     order: str = "morf",
     regions: int = 100,
-    perturbation: str | float = "black",
-    abs: bool = False,  # noqa: A002 - Quantus's name
     seed: int = 0,
-    output: str = "probabilities",
-    batch_size: int = 64,
 ) -> CurveResult:
-    """Region perturbation (Samek et al. 2015): remove ``patch_size`` squares by attribution sum, cumulatively.
-
-    Patches tile the image after Quantus's centred padding; ``order`` is
-    ``"morf"`` (most relevant first), ``"lerf"`` (least first) or ``"random"``
-    (seeded). ``curves`` ``(N, min(regions, patches))`` holds
-    ``f(x) - f(x_k)`` after each removal, as Quantus's ``regions_evaluation``
-    steps; ``scores`` their mean (the AOPC without its zero first point).
-    **Higher is better** for ``"morf"``.
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> a = np.array([[[4.0, 3.0], [2.0, 1.0]]])
-        >>> region_perturbation(m, np.ones((1, 2, 2, 1)), a, 0, patch_size=1, perturbation=0.0,
-        ...                     output="logits").curves.tolist()
-        [[1.0, 2.0, 3.0, 4.0]]
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
     pixel_rank, count = _patch_ranks(f, patch_size, order, seed)
     points = min(check_positive_int("regions", regions), count)
     curves = f.original()[:, None].astype(np.float64) - _patch_curve(f, pixel_rank, points)
@@ -147,71 +109,53 @@ def region_perturbation(
                        curves=curves, fractions=(np.arange(points) + 1) / count)
 
 
-def selectivity(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    patch_size: int = 8,
-    perturbation: str | float = "black",
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> CurveResult:
-    """Selectivity (Montavon et al. 2018): remove every patch, most relevant first, and record the score.
+region_perturbation = features_metric(_region_perturbation, "region_perturbation", """\
+Region perturbation (Samek et al. 2015): remove ``patch_size`` squares by attribution sum, cumulatively.
 
-    ``curves`` ``(N, patches)`` is the target's score after each removal (as
-    Quantus), ``scores`` its area with unit spacing. **Lower is better.**
+Patches tile the image after Quantus's centred padding; ``order`` is
+``"morf"`` (most relevant first), ``"lerf"`` (least first) or ``"random"``
+(seeded). ``curves`` ``(N, min(regions, patches))`` holds
+``f(x) - f(x_k)`` after each removal, as Quantus's ``regions_evaluation``
+steps; ``scores`` their mean (the AOPC without its zero first point).
+**Higher is better** for ``"morf"``.
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> selectivity(m, np.ones((1, 2, 2, 1)), np.array([[[4.0, 3.0], [2.0, 1.0]]]), 0, patch_size=1,
-        ...             perturbation=0.0, output="logits").scores.tolist()
-        [4.5]
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> a = np.array([[[4.0, 3.0], [2.0, 1.0]]])
+    >>> region_perturbation(m, np.ones((1, 2, 2, 1)), a, 0, patch_size=1, perturbation=0.0,
+    ...                     output="logits").curves.tolist()
+    [[1.0, 2.0, 3.0, 4.0]]
+""")
+
+
+def _selectivity(f: Features, *, patch_size: int = 8) -> CurveResult:
     pixel_rank, count = _patch_ranks(f, patch_size, "morf", 0)
     curves = _patch_curve(f, pixel_rank, count)
     return CurveResult("selectivity", _trapezoid(curves), False, {"targets": f.classes, "patch_size": patch_size},
                        curves=curves, fractions=(np.arange(count) + 1) / count)
 
 
-def monotonicity(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    features_in_step: int = 1,
-    perturbation: str | float = "black",
-    abs: bool = True,  # noqa: A002 - Quantus's name
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> CurveResult:
-    """Monotonicity (Arya et al. 2019): add features back to the baseline, least relevant first.
+selectivity = features_metric(_selectivity, "selectivity", """\
+Selectivity (Montavon et al. 2018): remove every patch, most relevant first, and record the score.
 
-    Starting from the all-``perturbation`` image, step ``k`` restores the
-    ``(k + 1) * features_in_step`` lowest-ranked features; the score is 1 where
-    the target's score never decreases along the way, else 0. **Higher is
-    better.** (Quantus 0.6.0 writes the baseline, not the input, into its
-    baseline image at every step, so its curve is flat and every sample
-    passes; this follows the paper.)
+``curves`` ``(N, patches)`` is the target's score after each removal (as
+Quantus), ``scores`` its area with unit spacing. **Lower is better.**
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.array([[1.0], [-1.0], [2.0], [3.0]])])
-        >>> r = monotonicity(m, np.ones((1, 2, 2, 1)), np.array([[[0.5, 1.0], [2.0, 3.0]]]), 0,
-        ...                  perturbation=0.0, output="logits")
-        >>> r.curves.tolist(), r.scores.tolist()
-        ([[1.0, 0.0, 2.0, 5.0]], [0.0])
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> selectivity(m, np.ones((1, 2, 2, 1)), np.array([[[4.0, 3.0], [2.0, 1.0]]]), 0, patch_size=1,
+    ...             perturbation=0.0, output="logits").scores.tolist()
+    [4.5]
+""")
+
+
+def _monotonicity(f: Features, *, features_in_step: int = 1) -> CurveResult:
     step = check_positive_int("features_in_step", features_in_step, f.features)
     points = math.ceil(f.features / step)
     rank = ranks(f.a, descending=False)
@@ -226,34 +170,29 @@ def monotonicity(
                        curves=curves, fractions=np.minimum((np.arange(points) + 1) * step, f.features) / f.features)
 
 
-def faithfulness_estimate(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    features_in_step: int = 1,
-    perturbation: str | float = "black",
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "logits",
-    batch_size: int = 64,
-) -> MetricResult:
-    """Faithfulness estimate (Alvarez-Melis & Jaakkola 2018): Pearson correlation, over ranked groups of
-    ``features_in_step`` features each removed alone, between their attribution sum and the score drop.
+monotonicity = features_metric(_monotonicity, "monotonicity", """\
+Monotonicity (Arya et al. 2019): add features back to the baseline, least relevant first.
 
-    **Higher is better.** One forward per group per sample. Scores logits by default, as Quantus
-    (``softmax=False``).
+Starting from the all-``perturbation`` image, step ``k`` restores the
+``(k + 1) * features_in_step`` lowest-ranked features; the score is 1 where
+the target's score never decreases along the way, else 0. **Higher is
+better.** (Quantus 0.6.0 writes the baseline, not the input, into its
+baseline image at every step, so its curve is flat and every sample
+passes; this follows the paper.)
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.array([[1.0], [2.0], [3.0], [4.0]])])
-        >>> a = np.array([[[1.0, 2.0], [3.0, 4.0]]])
-        >>> faithfulness_estimate(m, np.ones((1, 2, 2, 1)), a, 0, perturbation=0.0, output="logits").scores.round(6)
-        array([1.])
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.array([[1.0], [-1.0], [2.0], [3.0]])])
+    >>> r = monotonicity(m, np.ones((1, 2, 2, 1)), np.array([[[0.5, 1.0], [2.0, 3.0]]]), 0,
+    ...                  perturbation=0.0, output="logits")
+    >>> r.curves.tolist(), r.scores.tolist()
+    ([[1.0, 0.0, 2.0, 5.0]], [0.0])
+""", abs=True)
+
+
+def _faithfulness_estimate(f: Features, *, features_in_step: int = 1) -> MetricResult:
     step = check_positive_int("features_in_step", features_in_step, f.features)
     points = math.ceil(f.features / step)
     group = ranks(f.a) // step
@@ -267,3 +206,21 @@ def faithfulness_estimate(
     drops = f.original()[:, None].astype(np.float64) - f.score(f.n * points, make, points).reshape(f.n, points)
     return MetricResult("faithfulness_estimate", pearson_rows(sums, drops), True,
                         {"targets": f.classes, "att_sums": sums, "pred_deltas": drops})
+
+
+faithfulness_estimate = features_metric(_faithfulness_estimate, "faithfulness_estimate", """\
+Faithfulness estimate (Alvarez-Melis & Jaakkola 2018): Pearson correlation, over ranked groups of
+``features_in_step`` features each removed alone, between their attribution sum and the score drop.
+
+**Higher is better.** One forward per group per sample. Scores logits by default, as Quantus
+(``softmax=False``).
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.array([[1.0], [2.0], [3.0], [4.0]])])
+    >>> a = np.array([[[1.0, 2.0], [3.0, 4.0]]])
+    >>> faithfulness_estimate(m, np.ones((1, 2, 2, 1)), a, 0, perturbation=0.0, output="logits").scores.round(6)
+    array([1.])
+""", output="logits")

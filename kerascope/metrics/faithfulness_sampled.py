@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from kerascope.metrics._common import MetricResult
-from kerascope.metrics._features import Features, check_positive_int, pearson_rows, ranks
+from kerascope.metrics._features import Features, check_positive_int, features_metric, pearson_rows, ranks
 from kerascope.metrics.faithfulness import CurveResult
 
 
@@ -51,41 +51,14 @@ def _subset_drops(f: Features, sizes: np.ndarray | None, seed: int, subsets: Any
     return sums.reshape(f.n, runs), f.original()[:, None].astype(np.float64) - scores
 
 
-def faithfulness_correlation(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
+def _faithfulness_correlation(
+    f: Features,
     *,
     nr_runs: int = 100,
     subset_size: int = 224,
     subsets: Any = None,
-    perturbation: str | float = "black",
-    abs: bool = False,  # noqa: A002 - Quantus's name
     seed: int = 0,
-    output: str = "logits",
-    batch_size: int = 64,
 ) -> MetricResult:
-    """Faithfulness correlation (Bhatt et al. 2020): Pearson correlation, over ``nr_runs`` random subsets of
-    ``subset_size`` features, between the subset's attribution sum and the score drop when it is removed.
-
-    Subsets are drawn uniformly without replacement (seeded) or passed as
-    ``subsets`` ``(N, nr_runs, subset_size)`` feature indices (pixels in raster
-    order, or elements of the ``(H, W, C)`` input in C order). **Higher is
-    better.** Scores logits by default, as Quantus (``softmax=False``).
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.array([[1.0], [2.0], [3.0], [4.0]])])
-        >>> a = np.array([[[1.0, 2.0], [3.0, 4.0]]])
-        >>> r = faithfulness_correlation(m, np.ones((1, 2, 2, 1)), a, 0, nr_runs=8, subset_size=2,
-        ...                              perturbation=0.0, output="logits")
-        >>> r.scores.round(6).tolist()
-        [1.0]
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
     sizes = None if subsets is not None else np.full(
         (check_positive_int("nr_runs", nr_runs),), check_positive_int("subset_size", subset_size, f.features))
     sums, drops = _subset_drops(f, sizes, seed, subsets)
@@ -93,39 +66,34 @@ def faithfulness_correlation(
                         {"targets": f.classes, "seed": seed, "att_sums": sums, "pred_deltas": drops})
 
 
-def sensitivity_n(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
+faithfulness_correlation = features_metric(_faithfulness_correlation, "faithfulness_correlation", """\
+Faithfulness correlation (Bhatt et al. 2020): Pearson correlation, over ``nr_runs`` random subsets of
+``subset_size`` features, between the subset's attribution sum and the score drop when it is removed.
+
+Subsets are drawn uniformly without replacement (seeded) or passed as
+``subsets`` ``(N, nr_runs, subset_size)`` feature indices (pixels in raster
+order, or elements of the ``(H, W, C)`` input in C order). **Higher is
+better.** Scores logits by default, as Quantus (``softmax=False``).
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> w = np.array([[1.0], [2.0], [3.0], [4.0]]); m.set_weights([w])
+    >>> r = faithfulness_correlation(m, np.ones((1, 2, 2, 1)), w.reshape(1, 2, 2), 0, nr_runs=8, subset_size=2,
+    ...                              perturbation=0.0, output="logits")
+    >>> r.scores.round(6).tolist()
+    [1.0]
+""", output="logits")
+
+
+def _sensitivity_n(
+    f: Features,
     *,
     n: int | Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
     samples: int = 100,
-    perturbation: str | float = "black",
-    abs: bool = False,  # noqa: A002 - Quantus's name
     seed: int = 0,
-    output: str = "logits",
-    batch_size: int = 64,
 ) -> CurveResult:
-    """Sensitivity-n (Ancona et al. 2018): for each subset size ``n``, the Pearson correlation over ``samples``
-    random subsets of ``n`` features between their attribution sum and the score drop when they are removed.
-
-    ``curves`` ``(N, len(n))`` holds one correlation per ``n``; ``scores``
-    their mean. An attribution with completeness for every subset (gradient x
-    input of a linear model, zero baseline) scores 1 for every ``n``.
-    **Higher is better.** (Quantus's ``SensitivityN`` instead correlates,
-    per step of a cumulative removal, across the samples of a batch.)
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((3, 3, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> w = np.arange(1.0, 10.0)[:, None]; m.set_weights([w])
-        >>> x = np.ones((1, 3, 3, 1)); a = (w[:, 0] * x.ravel()).reshape(1, 3, 3)
-        >>> sensitivity_n(m, x, a, 0, n=[1, 3], samples=20, perturbation=0.0).curves.round(6).tolist()
-        [[1.0, 1.0]]
-    """
-    f = Features(model, inputs, attributions, targets, perturbation, abs, output, batch_size)
     ns = np.atleast_1d(np.asarray(n, np.int64))
     for value in ns:
         check_positive_int("n", int(value), f.features)
@@ -135,6 +103,27 @@ def sensitivity_n(
     return CurveResult("sensitivity_n", np.nanmean(curves, axis=1) if np.isfinite(curves).any() else curves[:, 0],
                        True, {"targets": f.classes, "n": ns.tolist(), "seed": seed},
                        curves=curves, fractions=ns / f.features)
+
+
+sensitivity_n = features_metric(_sensitivity_n, "sensitivity_n", """\
+Sensitivity-n (Ancona et al. 2018): for each subset size ``n``, the Pearson correlation over ``samples``
+random subsets of ``n`` features between their attribution sum and the score drop when they are removed.
+
+``curves`` ``(N, len(n))`` holds one correlation per ``n``; ``scores``
+their mean. An attribution with completeness for every subset (gradient x
+input of a linear model, zero baseline) scores 1 for every ``n``.
+**Higher is better.** (Quantus's ``SensitivityN`` instead correlates,
+per step of a cumulative removal, across the samples of a batch.)
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((3, 3, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> w = np.arange(1.0, 10.0)[:, None]; m.set_weights([w])
+    >>> x = np.ones((1, 3, 3, 1)); a = (w[:, 0] * x.ravel()).reshape(1, 3, 3)
+    >>> sensitivity_n(m, x, a, 0, n=[1, 3], samples=20, perturbation=0.0).curves.round(6).tolist()
+    [[1.0, 1.0]]
+""", output="logits")
 
 
 def infidelity(
@@ -211,43 +200,8 @@ def _segments(x: np.ndarray, segments: Any) -> np.ndarray:
     return np.stack([np.unique(row, return_inverse=True)[1].reshape(-1) for row in flat])
 
 
-def irof(
-    model: keras.Layer,
-    inputs: Any,
-    attributions: Any,
-    targets: Any = None,
-    *,
-    segments: Any = None,
-    perturbation: str | float = "mean",
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "probabilities",
-    batch_size: int = 64,
-) -> CurveResult:
-    """Iterative removal of features, IROF (Rieger & Hansen 2020): remove superpixels by mean attribution.
-
-    Segments are SLIC superpixels (``skimage.segmentation.slic(image,
-    start_label=0)`` per image, as Quantus) or ``segments`` ``(N, H, W)``
-    labels. Segments are removed cumulatively, highest mean attribution first;
-    each removed segment takes the ``perturbation`` value of the image as it
-    stands before that step (``"mean"``: the current image's mean, as Quantus).
-    ``curves`` ``(N, K)`` holds the target's score over its clean score,
-    padded with zeros to the largest segment count ``K``; ``scores`` is
-    ``K_i`` minus the area of the image's own ``K_i`` points with unit
-    spacing (the area over the curve; Quantus integrates the zero padding
-    too, so its score of an image depends on the others in its batch).
-    **Higher is better.**
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
-        ...                       keras.layers.Dense(1, use_bias=False)])
-        >>> m.set_weights([np.ones((4, 1))])
-        >>> seg = np.array([[[0, 0], [1, 1]]]); a = np.array([[[2.0, 2.0], [1.0, 1.0]]])
-        >>> r = irof(m, np.ones((1, 2, 2, 1)), a, 0, segments=seg, perturbation=0.0, output="logits")
-        >>> r.curves.tolist(), r.scores.tolist()
-        ([[0.5, 0.0]], [1.75])
-    """
-    f = Features(model, inputs, attributions, targets, 0.0, abs, output, batch_size)
+def _irof(f: Features, *, segments: Any = None) -> CurveResult:
+    perturbation = f.perturbation  # each step writes the perturbation of the image as it stands
     x = f.x.reshape(f.shape)
     labels = _segments(x, segments)
     counts_per = labels.max(1) + 1
@@ -296,3 +250,30 @@ def irof(
     aoc = counts_per - ((curves[:, 1:] + curves[:, :-1]) * present[:, 1:]).sum(1) / 2.0  # own segments only
     return CurveResult("irof", aoc.astype(np.float64), True, {"targets": f.classes, "segments": counts_per},
                        curves=curves, fractions=np.arange(1, k_max + 1) / k_max)
+
+
+irof = features_metric(_irof, "irof", """\
+Iterative removal of features, IROF (Rieger & Hansen 2020): remove superpixels by mean attribution.
+
+Segments are SLIC superpixels (``skimage.segmentation.slic(image,
+start_label=0)`` per image, as Quantus) or ``segments`` ``(N, H, W)``
+labels. Segments are removed cumulatively, highest mean attribution first;
+each removed segment takes the ``perturbation`` value of the image as it
+stands before that step (``"mean"``: the current image's mean, as Quantus).
+``curves`` ``(N, K)`` holds the target's score over its clean score,
+padded with zeros to the largest segment count ``K``; ``scores`` is
+``K_i`` minus the area of the image's own ``K_i`` points with unit
+spacing (the area over the curve; Quantus integrates the zero padding
+too, so its score of an image depends on the others in its batch).
+**Higher is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(),
+    ...                       keras.layers.Dense(1, use_bias=False)])
+    >>> m.set_weights([np.ones((4, 1))])
+    >>> seg = np.array([[[0, 0], [1, 1]]]); a = np.array([[[2.0, 2.0], [1.0, 1.0]]])
+    >>> r = irof(m, np.ones((1, 2, 2, 1)), a, 0, segments=seg, perturbation=0.0, output="logits")
+    >>> r.curves.tolist(), r.scores.tolist()
+    ([[0.5, 0.0]], [1.75])
+""", perturbation="mean")

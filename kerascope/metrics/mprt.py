@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from kerascope.core.layers import find_layer
-from kerascope.metrics._common import MetricResult, Scorer
+from kerascope.metrics._common import MetricResult, Scorer, public_metric
 from kerascope.metrics.faithfulness import CurveResult
 from kerascope.metrics.sanity import (
     _explainer,
@@ -45,45 +45,8 @@ def _similarities(name: str, result: Any, return_average_correlation: bool) -> C
                        curves=curves, fractions=(np.arange(steps) + 1) / steps)
 
 
-def mprt(
-    model: keras.Layer,
-    inputs: Any,
-    method: Any,
-    targets: Any = None,
-    *,
-    layer_order: str = "top_down",
-    seed: int = 42,
-    return_average_correlation: bool = False,
-    layers: Sequence[str] | None = None,
-    reduce: str = "abs_sum",
-    batch_size: int = 32,
-    method_kwargs: dict | None = None,
-) -> CurveResult:
-    """Model Parameter Randomisation Test (Adebayo et al. 2018) with Quantus's ``MPRT`` parameter names.
-
-    ``layer_order="top_down"`` randomises the weighted layers from the output down, cumulatively;
-    ``"independent"`` one at a time (Quantus's orders; its ``"bottom_up"`` is not offered). ``curves``
-    ``(N, layers)`` holds the Spearman rank correlation between the original and the randomised
-    explanation after each step (``details["ssim"]`` the SSIM), ``scores`` the last one (Quantus's
-    ``return_last_correlation``) or their mean (``return_average_correlation=True``). Maps are reduced over
-    channels with ``reduce`` (``"abs_sum"``: Quantus's default ``abs=True``). Same as
-    :func:`model_randomisation`, which this calls. **Lower is better.**
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
-        ...                       keras.layers.Flatten(), keras.layers.Dense(2, name="d")])
-        >>> r = mprt(m, np.random.default_rng(0).random((2, 4, 4, 1)), "saliency", 0)
-        >>> r.details["layers"], r.curves.shape
-        (['d', 'c'], (2, 2))
-    """
-    result = model_randomisation(model, method, inputs, targets, mode=_mode(layer_order), layers=layers, seed=seed,
-                                 reduce=reduce, batch_size=batch_size, method_kwargs=method_kwargs,
-                                 keep_maps=False)
-    return _similarities("mprt", result, return_average_correlation)
-
-
-def smooth_mprt(
+def _mprt(
+    kind: str,
     model: keras.Layer,
     inputs: Any,
     method: Any,
@@ -99,41 +62,70 @@ def smooth_mprt(
     batch_size: int = 32,
     method_kwargs: dict | None = None,
 ) -> CurveResult:
-    """Smooth MPRT (Hedström et al. 2023): :func:`mprt` on explanations denoised by averaging.
+    """MPRT and Smooth MPRT: rank correlations of the explanations as the layers are randomised."""
+    if kind == "mprt":
+        explainer, kwargs = method, {"method_kwargs": method_kwargs}
+    else:
+        if not isinstance(nr_samples, (int, np.integer)) or nr_samples < 1:
+            raise ValueError(f"`nr_samples` must be a positive int. Received: nr_samples={nr_samples!r}.")
+        if not noise_magnitude >= 0:
+            raise ValueError(f"`noise_magnitude` must be >= 0. Received: noise_magnitude={noise_magnitude!r}.")
+        _, explain = _explainer(method, batch_size, method_kwargs)
 
-    Each explanation is the mean over ``nr_samples`` explanations of the input plus Gaussian noise of
-    standard deviation ``noise_magnitude * (max(x) - min(x))`` per sample (Quantus's ``SmoothMPRT``). The
-    same noise draws (from ``seed``) serve every model state, so the comparison sees only the change of
-    weights. Each state explains ``N * nr_samples`` inputs in one call (the method batches them). Quantus's
-    default order is ``"bottom_up"``, not offered here. **Lower is better.**
+        def explainer(copy: keras.Layer, x: Any, classes: np.ndarray) -> np.ndarray:
+            x = np.asarray(x, np.float32)
+            axes = tuple(range(1, x.ndim))
+            std = noise_magnitude * (x.max(axis=axes, keepdims=True) - x.min(axis=axes, keepdims=True))
+            draws = np.random.default_rng(seed).standard_normal((nr_samples, *x.shape)).astype(np.float32)
+            noisy = (x[None] + draws * std[None]).reshape(-1, *x.shape[1:])
+            a = explain(copy, noisy, np.tile(np.asarray(classes), nr_samples))
+            a = np.asarray(getattr(a, "attributions", a), np.float32)
+            return a.reshape(nr_samples, len(x), *a.shape[1:]).mean(0)
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
-        ...                       keras.layers.Flatten(), keras.layers.Dense(2, name="d")])
-        >>> r = smooth_mprt(m, np.random.default_rng(0).random((2, 4, 4, 1)), "saliency", 0, nr_samples=4)
-        >>> r.scores.shape
-        (2,)
-    """
-    if not isinstance(nr_samples, (int, np.integer)) or nr_samples < 1:
-        raise ValueError(f"`nr_samples` must be a positive int. Received: nr_samples={nr_samples!r}.")
-    if not noise_magnitude >= 0:
-        raise ValueError(f"`noise_magnitude` must be >= 0. Received: noise_magnitude={noise_magnitude!r}.")
-    _, explain = _explainer(method, batch_size, method_kwargs)
+        kwargs = {}
+    result = model_randomisation(model, explainer, inputs, targets, mode=_mode(layer_order), layers=layers,
+                                 seed=seed, reduce=reduce, batch_size=batch_size, keep_maps=False, **kwargs)
+    return _similarities(kind, result, return_average_correlation)
 
-    def smoothed(copy: keras.Layer, x: Any, classes: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, np.float32)
-        axes = tuple(range(1, x.ndim))
-        std = noise_magnitude * (x.max(axis=axes, keepdims=True) - x.min(axis=axes, keepdims=True))
-        draws = np.random.default_rng(seed).standard_normal((nr_samples, *x.shape)).astype(np.float32)
-        noisy = (x[None] + draws * std[None]).reshape(-1, *x.shape[1:])
-        a = explain(copy, noisy, np.tile(np.asarray(classes), nr_samples))
-        a = np.asarray(getattr(a, "attributions", a), np.float32)
-        return a.reshape(nr_samples, len(x), *a.shape[1:]).mean(0)
 
-    result = model_randomisation(model, smoothed, inputs, targets, mode=_mode(layer_order), layers=layers,
-                                 seed=seed, reduce=reduce, batch_size=batch_size, keep_maps=False)
-    return _similarities("smooth_mprt", result, return_average_correlation)
+mprt = public_metric(_mprt, "mprt", """\
+Model Parameter Randomisation Test (Adebayo et al. 2018) with Quantus's ``MPRT`` parameter names.
+
+``layer_order="top_down"`` randomises the weighted layers from the output down, cumulatively;
+``"independent"`` one at a time (Quantus's orders; its ``"bottom_up"`` is not offered). ``curves``
+``(N, layers)`` holds the Spearman rank correlation between the original and the randomised
+explanation after each step (``details["ssim"]`` the SSIM), ``scores`` the last one (Quantus's
+``return_last_correlation``) or their mean (``return_average_correlation=True``). Maps are reduced over
+channels with ``reduce`` (``"abs_sum"``: Quantus's default ``abs=True``). Same as
+:func:`model_randomisation`, which this calls. **Lower is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 3, name="c"),
+    ...                       keras.layers.Flatten(), keras.layers.Dense(2, name="d")])
+    >>> r = mprt(m, np.random.default_rng(0).random((2, 4, 4, 1)), "saliency", 0)
+    >>> r.details["layers"], r.curves.shape
+    (['d', 'c'], (2, 2))
+""", hide=("nr_samples", "noise_magnitude"))
+
+
+smooth_mprt = public_metric(_mprt, "smooth_mprt", """\
+Smooth MPRT (Hedström et al. 2023): :func:`mprt` on explanations denoised by averaging.
+
+Each explanation is the mean over ``nr_samples`` explanations of the input plus Gaussian noise of
+standard deviation ``noise_magnitude * (max(x) - min(x))`` per sample (Quantus's ``SmoothMPRT``). The
+same noise draws (from ``seed``) serve every model state, so the comparison sees only the change of
+weights. Each state explains ``N * nr_samples`` inputs in one call (the method batches them). Quantus's
+default order is ``"bottom_up"``, not offered here. **Lower is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> from keras import layers
+    >>> m = keras.Sequential([keras.Input((4, 4, 1)), layers.Conv2D(2, 3), layers.Flatten(), layers.Dense(2)])
+    >>> r = smooth_mprt(m, np.random.default_rng(0).random((2, 4, 4, 1)), "saliency", 0, nr_samples=4)
+    >>> r.scores.shape
+    (2,)
+""")
 
 
 def discrete_entropy(values: Any, n_bins: int = 100) -> np.ndarray:

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from kerascope.core.explanation import Explanation
-from kerascope.metrics._common import MetricResult, Scorer, image_batch
+from kerascope.metrics._common import MetricResult, Scorer, image_batch, public_metric
 from kerascope.metrics._features import check_positive_int
 from kerascope.numeric.chunking import check_batch_size, chunk_bounds
 
@@ -71,133 +71,8 @@ def _norm(v: np.ndarray) -> np.ndarray:
     return np.sqrt((v * v).sum(-1))
 
 
-def _sensitivity(kind: str, model: keras.Layer, inputs: Any, method: Any, targets: Any, radius: float, samples: int,
-                 attributions: Any, perturbations: Any, seed: int, abs_: bool, batch_size: int,
-                 method_kwargs: dict | None) -> MetricResult:
-    rng = np.random.default_rng(seed)
-
-    def stat(a, ap, x, xp, rows):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return _norm(a - ap) / _norm(a)
-
-    values, classes = _perturbed_stats(
-        model, inputs, method, targets, samples=samples, perturbations=perturbations, stat=stat,
-        draw=lambda shape: rng.uniform(-radius, radius, shape), attributions=attributions, abs_=abs_,
-        batch_size=batch_size, method_kwargs=method_kwargs)
-    reduce = np.nanmax if kind == "max_sensitivity" else np.nanmean
-    return MetricResult(kind, reduce(values, axis=1), False, {"targets": classes, "radius": radius, "seed": seed})
-
-
-def max_sensitivity(
-    model: keras.Layer,
-    inputs: Any,
-    method: Any,
-    targets: Any = None,
-    *,
-    radius: float = 0.2,
-    samples: int = 200,
-    attributions: Any = None,
-    perturbations: Any = None,
-    seed: int = 0,
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    batch_size: int = 64,
-    method_kwargs: dict | None = None,
-) -> MetricResult:
-    """Max-sensitivity (Yeh et al. 2019): the largest relative change of the explanation under uniform noise.
-
-    Per sample ``max_j ||a(x) - a(x + u_j)|| / ||a(x)||`` over ``samples``
-    draws ``u_j ~ U(-radius, radius)`` per element (Quantus's
-    ``lower_bound``, Frobenius norms). ``attributions`` of the clean inputs
-    default to the method's own. Saliency of a linear model scores 0.
-    **Lower is better.** One explanation per draw.
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> float(max_sensitivity(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4).scores[0])
-        0.0
-    """
-    return _sensitivity("max_sensitivity", model, inputs, method, targets, radius, samples, attributions,
-                        perturbations, seed, abs, batch_size, method_kwargs)
-
-
-def avg_sensitivity(
-    model: keras.Layer,
-    inputs: Any,
-    method: Any,
-    targets: Any = None,
-    *,
-    radius: float = 0.2,
-    samples: int = 200,
-    attributions: Any = None,
-    perturbations: Any = None,
-    seed: int = 0,
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    batch_size: int = 64,
-    method_kwargs: dict | None = None,
-) -> MetricResult:
-    """Avg-sensitivity (Yeh et al. 2019): the mean relative change of the explanation under uniform noise.
-
-    As :func:`max_sensitivity` with the mean over draws. **Lower is better.**
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> float(avg_sensitivity(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4).scores[0])
-        0.0
-    """
-    return _sensitivity("avg_sensitivity", model, inputs, method, targets, radius, samples, attributions,
-                        perturbations, seed, abs, batch_size, method_kwargs)
-
-
-def local_lipschitz_estimate(
-    model: keras.Layer,
-    inputs: Any,
-    method: Any,
-    targets: Any = None,
-    *,
-    radius: float = 0.1,
-    samples: int = 200,
-    mean: float = 0.0,
-    attributions: Any = None,
-    perturbations: Any = None,
-    seed: int = 0,
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    batch_size: int = 64,
-    method_kwargs: dict | None = None,
-) -> MetricResult:
-    """Local Lipschitz estimate (Alvarez-Melis & Jaakkola 2018): ``max_j ||a(x) - a(x')|| / (||x - x'|| + 1e-10)``.
-
-    ``x' = x + g_j`` with Gaussian ``g_j ~ N(mean, radius^2)`` per element
-    (Quantus's ``perturb_std`` is ``radius``); Euclidean norms. Saliency of a
-    linear model scores 0. **Lower is better.**
-
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> float(local_lipschitz_estimate(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4).scores[0])
-        0.0
-    """
-    rng = np.random.default_rng(seed)
-
-    def stat(a, ap, x, xp, rows):
-        return _norm(a - ap) / (_norm(x - xp) + 1e-10)
-
-    values, classes = _perturbed_stats(
-        model, inputs, method, targets, samples=samples, perturbations=perturbations, stat=stat,
-        draw=lambda shape: rng.normal(mean, radius, shape), attributions=attributions, abs_=abs,
-        batch_size=batch_size, method_kwargs=method_kwargs)
-    return MetricResult("local_lipschitz_estimate", np.nanmax(values, axis=1), False,
-                        {"targets": classes, "radius": radius, "seed": seed})
-
-
-def _relative_stability(kind: str, model: keras.Layer, inputs: Any, method: Any, targets: Any, radius: float,
-                        samples: int, attributions: Any, perturbations: Any, seed: int, abs_: bool,
-                        eps_min: float, nan_on_change: bool, output: str, batch_size: int,
-                        method_kwargs: dict | None) -> MetricResult:
-    rng = np.random.default_rng(seed)
-    scorer = Scorer(model, output, batch_size)
-    x0 = image_batch(inputs) if np.asarray(inputs).ndim in (3, 4) else np.asarray(inputs, np.float32)
+def _relative_stat(kind: str, scorer: Scorer, x0: np.ndarray, eps_min: float, nan_on_change: bool) -> Callable:
+    """Agarwal et al.'s ratio ``||(a - a') / a|| / ||(x - x') / x||`` (input) or ``/ ||h(x) - h(x')||`` (output)."""
     clean = scorer.outputs(x0).astype(np.float64)
 
     def stat(a, ap, x, xp, rows):
@@ -212,85 +87,133 @@ def _relative_stability(kind: str, model: keras.Layer, inputs: Any, method: Any,
             value = np.where(out.argmax(-1) == clean[rows].argmax(-1), value, np.nan)
         return value
 
+    return stat
+
+
+def _reexplained(
+    kind: str,
+    model: keras.Layer,
+    inputs: Any,
+    method: Any,
+    targets: Any = None,
+    *,
+    radius: float = 0.2,
+    samples: int = 200,
+    mean: float = 0.0,
+    eps_min: float = 1e-6,
+    return_nan_when_prediction_changes: bool = True,
+    attributions: Any = None,
+    perturbations: Any = None,
+    seed: int = 0,
+    abs: bool = False,  # noqa: A002 - Quantus's name
+    output: str = "logits",
+    batch_size: int = 64,
+    method_kwargs: dict | None = None,
+) -> MetricResult:
+    """The robustness metrics: one statistic per perturbed re-explanation, reduced over the draws."""
+    rng = np.random.default_rng(seed)
+    draw = lambda shape: rng.uniform(-radius, radius, shape)  # noqa: E731
+    reduce = np.nanmax
+    if kind in ("max_sensitivity", "avg_sensitivity"):
+        def stat(a, ap, x, xp, rows):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return _norm(a - ap) / _norm(a)
+
+        reduce = np.nanmax if kind == "max_sensitivity" else np.nanmean
+    elif kind == "local_lipschitz_estimate":
+        def stat(a, ap, x, xp, rows):
+            return _norm(a - ap) / (_norm(x - xp) + 1e-10)
+
+        draw = lambda shape: rng.normal(mean, radius, shape)  # noqa: E731
+    else:
+        x0 = image_batch(inputs) if np.asarray(inputs).ndim in (3, 4) else np.asarray(inputs, np.float32)
+        stat = _relative_stat(kind, Scorer(model, output, batch_size), x0, eps_min,
+                              return_nan_when_prediction_changes)
+        reduce = np.max
     values, classes = _perturbed_stats(
-        model, inputs, method, targets, samples=samples, perturbations=perturbations, stat=stat,
-        draw=lambda shape: rng.uniform(-radius, radius, shape), attributions=attributions, abs_=abs_,
-        batch_size=batch_size, method_kwargs=method_kwargs)
-    return MetricResult(kind, values.max(axis=1), False, {"targets": classes, "radius": radius, "seed": seed})
+        model, inputs, method, targets, samples=samples, perturbations=perturbations, stat=stat, draw=draw,
+        attributions=attributions, abs_=abs, batch_size=batch_size, method_kwargs=method_kwargs)
+    return MetricResult(kind, reduce(values, axis=1), False, {"targets": classes, "radius": radius, "seed": seed})
 
 
-def relative_input_stability(
-    model: keras.Layer,
-    inputs: Any,
-    method: Any,
-    targets: Any = None,
-    *,
-    radius: float = 0.2,
-    samples: int = 200,
-    eps_min: float = 1e-6,
-    return_nan_when_prediction_changes: bool = True,
-    attributions: Any = None,
-    perturbations: Any = None,
-    seed: int = 0,
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "logits",
-    batch_size: int = 64,
-    method_kwargs: dict | None = None,
-) -> MetricResult:
-    """Relative input stability (Agarwal et al. 2022): ``max_j ||(a - a') / a|| / ||(x - x') / x||``.
+_SENSITIVITY_ONLY = ("mean", "eps_min", "return_nan_when_prediction_changes", "output")
 
-    ``x' = x + u_j``, ``u_j ~ U(-radius, radius)`` per element (Quantus draws
-    ``U(0.02, 0.2)``: pass its draws as ``perturbations`` to compare); zeros
-    in a denominator become ``eps_min``. With
-    ``return_nan_when_prediction_changes`` a sample is NaN as soon as one draw
-    changes its predicted class (as Quantus's maximum). **Lower is better.**
+max_sensitivity = public_metric(_reexplained, "max_sensitivity", """Max-sensitivity (Yeh et al. 2019): the largest
+relative change of the explanation under uniform noise.
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> float(relative_input_stability(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4,
-        ...                                return_nan_when_prediction_changes=False).scores[0])
-        0.0
-    """
-    return _relative_stability("relative_input_stability", model, inputs, method, targets, radius, samples,
-                               attributions, perturbations, seed, abs, eps_min, return_nan_when_prediction_changes,
-                               output, batch_size, method_kwargs)
+Per sample ``max_j ||a(x) - a(x + u_j)|| / ||a(x)||`` over ``samples``
+draws ``u_j ~ U(-radius, radius)`` per element (Quantus's
+``lower_bound``, Frobenius norms). ``attributions`` of the clean inputs
+default to the method's own. Saliency of a linear model scores 0.
+**Lower is better.** One explanation per draw.
 
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    >>> float(max_sensitivity(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4).scores[0])
+    0.0
+""", hide=_SENSITIVITY_ONLY)
 
-def relative_output_stability(
-    model: keras.Layer,
-    inputs: Any,
-    method: Any,
-    targets: Any = None,
-    *,
-    radius: float = 0.2,
-    samples: int = 200,
-    eps_min: float = 1e-6,
-    return_nan_when_prediction_changes: bool = True,
-    attributions: Any = None,
-    perturbations: Any = None,
-    seed: int = 0,
-    abs: bool = False,  # noqa: A002 - Quantus's name
-    output: str = "logits",
-    batch_size: int = 64,
-    method_kwargs: dict | None = None,
-) -> MetricResult:
-    """Relative output stability (Agarwal et al. 2022): ``max_j ||(a - a') / a|| / ||h(x) - h(x')||``.
+avg_sensitivity = public_metric(_reexplained, "avg_sensitivity", """Avg-sensitivity (Yeh et al. 2019): the mean
+relative change of the explanation under uniform noise.
 
-    ``h`` is the model's output (``output="logits"`` by default, as Quantus);
-    otherwise as :func:`relative_input_stability`. **Lower is better.**
-    One explanation and one forward per draw.
+As :func:`max_sensitivity` with the mean over draws. **Lower is better.**
 
-    Example:
-        >>> import keras, numpy as np
-        >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> float(relative_output_stability(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4,
-        ...                                 return_nan_when_prediction_changes=False).scores[0])
-        0.0
-    """
-    return _relative_stability("relative_output_stability", model, inputs, method, targets, radius, samples,
-                               attributions, perturbations, seed, abs, eps_min, return_nan_when_prediction_changes,
-                               output, batch_size, method_kwargs)
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    >>> x = np.random.default_rng(0).random((2, 2, 2, 1))
+    >>> avg = avg_sensitivity(m, x, "gradient_x_input", 0, samples=4).scores
+    >>> bool((avg <= max_sensitivity(m, x, "gradient_x_input", 0, samples=4).scores).all())
+    True
+""", hide=_SENSITIVITY_ONLY)
+
+local_lipschitz_estimate = public_metric(_reexplained, "local_lipschitz_estimate", """Local Lipschitz estimate
+(Alvarez-Melis & Jaakkola 2018): ``max_j ||a(x) - a(x')|| / (||x - x'|| + 1e-10)``.
+
+``x' = x + g_j`` with Gaussian ``g_j ~ N(mean, radius^2)`` per element
+(Quantus's ``perturb_std`` is ``radius``); Euclidean norms. Saliency of a
+linear model scores 0. **Lower is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    >>> float(local_lipschitz_estimate(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4).scores[0])
+    0.0
+""", hide=_SENSITIVITY_ONLY[1:], radius=0.1)
+
+relative_input_stability = public_metric(_reexplained, "relative_input_stability", """Relative input stability
+(Agarwal et al. 2022): ``max_j ||(a - a') / a|| / ||(x - x') / x||``.
+
+``x' = x + u_j``, ``u_j ~ U(-radius, radius)`` per element (Quantus draws
+``U(0.02, 0.2)``: pass its draws as ``perturbations`` to compare); zeros
+in a denominator become ``eps_min``. With
+``return_nan_when_prediction_changes`` a sample is NaN as soon as one draw
+changes its predicted class (as Quantus's maximum). **Lower is better.**
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    >>> float(relative_input_stability(m, np.ones((1, 2, 2, 1)), "saliency", 0, samples=4,
+    ...                                return_nan_when_prediction_changes=False).scores[0])
+    0.0
+""", hide=("mean",))
+
+relative_output_stability = public_metric(_reexplained, "relative_output_stability", """Relative output stability
+(Agarwal et al. 2022): ``max_j ||(a - a') / a|| / ||h(x) - h(x')||``.
+
+``h`` is the model's output (``output="logits"`` by default, as Quantus);
+otherwise as :func:`relative_input_stability`. **Lower is better.**
+One explanation and one forward per draw.
+
+Example:
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((2, 2, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    >>> r = relative_output_stability(m, np.ones((2, 2, 2, 1)), "saliency", [0, 1], samples=4,
+    ...                               return_nan_when_prediction_changes=False)
+    >>> r.scores.tolist()
+    [0.0, 0.0]
+""", hide=("mean",))
 
 
 def consistency(

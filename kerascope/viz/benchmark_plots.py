@@ -17,6 +17,19 @@ from kerascope.viz.plots import save_figure
 __all__ = ["plot_curves", "plot_sanity", "plot_sanity_curves"]
 
 
+def _saved(fig: Any, curve_axes: Any, path: str | Path, dpi: int) -> Path:
+    """Grid and legend on the curve plots' axes, then the figure written to ``path`` and closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in curve_axes:
+        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    saved = save_figure(fig, path, dpi=dpi)
+    plt.close(fig)
+    return saved
+
+
 def plot_curves(result: Any, path: str | Path) -> Path:
     """Mean deletion and insertion curves of every method, side by side (PNG).
 
@@ -44,12 +57,7 @@ def plot_curves(result: Any, path: str | Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("fraction of pixels removed" if "Deletion" in title else "fraction of pixels inserted")
         ax.set_ylabel("target probability")
-        ax.legend(fontsize=6)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    saved = save_figure(fig, path, dpi=110)
-    plt.close(fig)
-    return saved
+    return _saved(fig, axes, path, 110)
 
 
 def plot_sanity(result: Any, image: np.ndarray | None, path: str | Path, sample: int = 0) -> Path:
@@ -89,10 +97,7 @@ def plot_sanity(result: Any, image: np.ndarray | None, path: str | Path, sample:
             label = "original" if j == 0 else f"{s.steps[j - 1]}\nρ={s.spearman[j - 1, sample]:.2f}"
             axes[i, j + 1].set_title(label, fontsize=5)
     fig.suptitle("Cascading randomisation (top layer first): a faithful map should fall apart", fontsize=8)
-    fig.tight_layout()
-    saved = save_figure(fig, path, dpi=120)
-    plt.close(fig)
-    return saved
+    return _saved(fig, [], path, 120)
 
 
 def plot_sanity_curves(result: Any, path: str | Path) -> Path:
@@ -123,9 +128,4 @@ def plot_sanity_curves(result: Any, path: str | Path) -> Path:
     ax.set_xticks(range(len(steps) + 1), ["original", *steps], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("Spearman ρ to the original map")
     ax.set_title("Cascading randomisation (lower = depends more on the weights)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    saved = save_figure(fig, path, dpi=110)
-    plt.close(fig)
-    return saved
+    return _saved(fig, [ax], path, 110)

@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace, model: Any, inputs: Any, kind: str, explain: 
         done: dict[str, Any] = {}
         for k, name in enumerate(methods, 1):
             label = name if len(methods) == 1 else f"{name} ({k}/{len(methods)})"
-            with progress_scope(count, label, chatty):
+            with progress_scope(count, label, chatty, unit={"text": "text", "tabular": "row"}.get(kind, "sample")):
                 done[name] = explain(name)
             if kind == "text":  # the token ids (and strings) the tokenizer made
                 inputs, names["tokens"] = done[name].token_ids, done[name].tokens

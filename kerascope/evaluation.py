@@ -485,18 +485,17 @@ def benchmark(
             if "energy_pointing_game" in chosen:
                 row.cells["energy_pointing_game"] = cell("energy_pointing_game", energy_pointing_game(maps, masks))
                 row.energy_pointing_game = row.cells["energy_pointing_game"].mean
-            if "deletion" in chosen:
-                with progress_scope(len(images), f"{name}: deletion", progress, leave=False):
-                    dele = deletion(model, images, maps, targets, steps=steps, batch_size=batch_size,
-                                    perturbation=deletion_perturbation, **params.get("deletion", {}))
-                row.cells["deletion_auc"] = cell("deletion_auc", dele)
-                row.deletion_auc, row.deletion_curve, fractions = dele.aggregate, dele.mean_curve, dele.fractions
-            if "insertion" in chosen:
-                with progress_scope(len(images), f"{name}: insertion", progress, leave=False):
-                    ins = insertion(model, images, maps, targets, steps=steps, batch_size=batch_size,
-                                    perturbation=insertion_perturbation, **params.get("insertion", {}))
-                row.cells["insertion_auc"] = cell("insertion_auc", ins)
-                row.insertion_auc, row.insertion_curve, fractions = ins.aggregate, ins.mean_curve, ins.fractions
+            for curve, metric, perturbation in (("deletion", deletion, deletion_perturbation),
+                                                ("insertion", insertion, insertion_perturbation)):
+                if curve not in chosen:
+                    continue
+                with progress_scope(len(images), f"{name}: {curve}", progress, leave=False):
+                    result = metric(model, images, maps, targets, steps=steps, batch_size=batch_size,
+                                    perturbation=perturbation, **params.get(curve, {}))
+                row.cells[f"{curve}_auc"] = cell(f"{curve}_auc", result)
+                setattr(row, f"{curve}_auc", result.aggregate)
+                setattr(row, f"{curve}_curve", result.mean_curve)
+                fractions = result.fractions
             context = Context(model, images, maps, masks, targets, spec, steps, batch_size, seed)
             for metric in (m for m in chosen if m not in BUILTIN):
                 try:

@@ -14,7 +14,6 @@ exactly once in the union of the shards.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from kerascope.io.paths import file_sha256  # noqa: F401  (re-exported: kerascope.batch.file_sha256)
 
 MANIFEST = "manifest.json"
 SHARDS = "shards"
@@ -64,22 +65,6 @@ def num_shards(total: int, shard_size: int) -> int:
     if shard_size < 1:
         raise ValueError(f"`shard_size` must be at least 1. Received: shard_size={shard_size}.")
     return -(-total // shard_size)
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file, streamed.
-
-    Example:
-        >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "f"); _ = open(p, "wb").write(b"")
-        >>> file_sha256(p)[:8]
-        'e3b0c442'
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shard_problem(

@@ -9,6 +9,7 @@ checked to land inside the output folder (symbolic links included).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -163,3 +164,19 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """The SHA-256 of a file (hex), read in chunks of ``chunk`` bytes so a large model file is never held whole.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "f"); _ = open(p, "wb").write(b"abc")
+        >>> file_sha256(p)[:16]
+        'ba7816bf8f01cfea'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -72,13 +72,31 @@ def gradient_inputs(model: keras.Layer, inputs: Inputs, input_index: Any = None)
 
 
 def _differentiable(inputs: Inputs, i: int, input_index: Any) -> int:
-    array = inputs.arrays[i]
+    refuse_integer_input(
+        inputs, i, "Gradient methods do not apply to integer inputs (token ids): they have no gradient",
+        "Attribute at the layer that embeds them with `layer=` (e.g. layer='embedding'; "
+        "Explanation.per_position() then gives one value per token), choose a float input, or use "
+        "FeatureAblation / KernelSHAP, which replace tokens by a pad id.",
+        received=f", input_index={input_index!r}",
+    )
+    return i
+
+
+def refuse_integer_input(inputs: Inputs, index: int, refusal: str, advice: str, received: str = "") -> None:
+    """Raise ``UnsupportedModelError`` when input ``index`` holds integer ids (nothing to mask or differentiate).
+
+    The message reads ``"{refusal}. Received: input {index} of dtype ... and shape ...{received}. {advice}"``.
+
+    Example:
+        >>> import numpy as np
+        >>> refuse_integer_input(Inputs(np.zeros((1, 4), "int32")), 0, "No", "Use floats.")
+        Traceback (most recent call last):
+        ...
+        kerascope.methods.base.UnsupportedModelError: No. Received: input 0 of dtype int32 and shape (1, 4). Use floats.
+    """
+    array = inputs.arrays[index]
     if not np.issubdtype(array.dtype, np.floating):
         raise UnsupportedModelError(
-            f"Gradient methods do not apply to integer inputs (token ids): they have no gradient. Received: "
-            f"input {i} of dtype {array.dtype} and shape {array.shape}, input_index={input_index!r}. Attribute "
-            "at the layer that embeds them with `layer=` (e.g. layer='embedding'; Explanation.per_position() "
-            "then gives one value per token), choose a float input, or use FeatureAblation / KernelSHAP, which "
-            "replace tokens by a pad id."
+            f"{refusal}. Received: input {index} of dtype {array.dtype.name} and shape {array.shape}{received}. "
+            f"{advice}"
         )
-    return i

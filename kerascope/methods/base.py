@@ -128,6 +128,12 @@ def _float16_layers(model: keras.Layer) -> str:
     return f"[{', '.join(found[:5])}{', ...' if len(found) > 5 else ''}]"
 
 
+
+#: Why methods whose rules divide by stabilised denominators (DeepLIFT, LRP) run in bfloat16 but not float16;
+#: such a method sets ``reduced_precisions = ("bfloat16",)`` and ``precision_note = STABILISED_DIVISIONS``.
+STABILISED_DIVISIONS = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
+                        "and give NaN; bfloat16 has float32's range.")
+
 class Method:
     """Base of all methods: ``Method(model, **params).explain(inputs, targets)``.
 

@@ -32,7 +32,8 @@ from kerascope.core.engine import GradientResult
 from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import find_layer
-from kerascope.methods.base import Method, UnsupportedModelError, check_flag
+from kerascope.methods._input_choice import refuse_integer_input
+from kerascope.methods.base import Method, check_flag
 from kerascope.methods.registry import register
 from kerascope.numeric.chunking import chunk_bounds
 
@@ -477,13 +478,11 @@ def refuse_token_ids(inputs: Inputs, index: int, method: str, why: str) -> None:
         >>> import numpy as np
         >>> refuse_token_ids(Inputs(np.zeros((1, 4), "float32")), 0, "ScoreCAM", "it masks the input")
     """
-    array = inputs.arrays[index]
-    if not np.issubdtype(array.dtype, np.floating):
-        raise UnsupportedModelError(
-            f"{method} does not apply to integer inputs (token ids): {why}. Received: input {index} of "
-            f"dtype {array.dtype.name} and shape {array.shape}. Use GradCAM (or another gradient CAM) on the "
-            "sequence layer, or AblationCAM, which zeroes the layer's channels instead of changing the input."
-        )
+    refuse_integer_input(
+        inputs, index, f"{method} does not apply to integer inputs (token ids): {why}",
+        "Use GradCAM (or another gradient CAM) on the sequence layer, or AblationCAM, which zeroes the "
+        "layer's channels instead of changing the input.",
+    )
 
 
 @register

@@ -23,7 +23,14 @@ from kerascope.core.probe import softmax_candidates
 from kerascope.core.rows import REFERENCE, rows_of, sample_of
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
 from kerascope.methods._input_choice import gradient_inputs
-from kerascope.methods.base import Method, UnsupportedModelError, check_positive_int, check_seed, problem_path
+from kerascope.methods.base import (
+    STABILISED_DIVISIONS,
+    Method,
+    UnsupportedModelError,
+    check_positive_int,
+    check_seed,
+    problem_path,
+)
 from kerascope.methods.gradients import Saliency
 from kerascope.methods.integrated import (
     ExpectedGradients,
@@ -403,8 +410,7 @@ class DeepLIFT(Method):
     description = "DeepLIFT rescale rule (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."
     aliases = ("deep_lift",)
     reduced_precisions = ("bfloat16",)
-    precision_note = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
-                      "and give NaN; bfloat16 has float32's range.")
+    precision_note = STABILISED_DIVISIONS
 
     def __init__(
         self, model: keras.Layer, *, baseline: Any = None, input_index: Any = None,

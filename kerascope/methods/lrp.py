@@ -18,7 +18,13 @@ from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import Inputs
 from kerascope.core.layers import iter_layers
 from kerascope.methods._input_choice import gradient_inputs
-from kerascope.methods.base import Method, UnsupportedModelError, check_number, problem_path
+from kerascope.methods.base import (
+    STABILISED_DIVISIONS,
+    Method,
+    UnsupportedModelError,
+    check_number,
+    problem_path,
+)
 from kerascope.methods.registry import register
 from kerascope.propagation.lrp_composites import COMPOSITES, assign_rules, composite_rules
 from kerascope.propagation.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, Rule, ZBox, ZPlus, make_rule
@@ -131,8 +137,7 @@ class LRP(Method):
     description = "Layer-wise Relevance Propagation with zennit's rules and composites (Bach et al. 2015)."
     aliases = ("layerwise_relevance_propagation",)
     reduced_precisions = ("bfloat16",)
-    precision_note = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
-                      "and give NaN; bfloat16 has float32's range.")
+    precision_note = STABILISED_DIVISIONS
 
     def __init__(
         self,

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kerascope.io.paths import file_sha256
+
 #: Parameters that change how a method runs, not what it computes: left out of the box.
 _EXECUTION = {"batch_size", "progress", "jit_compile"}
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """The SHA-256 of a file (hex), read in chunks.
-
-    Example:
-        >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "f"); _ = open(p, "wb").write(b"abc")
-        >>> file_sha256(p)[:16]
-        'ba7816bf8f01cfea'
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def page_facts(

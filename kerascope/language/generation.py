@@ -343,16 +343,16 @@ def explain_generation(
     )
 
 
-#: at most this many groups of consecutive rows, each explained on the sequence cut after its last row's
-#: prefix (a causal model's row j reads only the tokens before its position): fewer token-passes for a
-#: few more compiled shapes
-_GROUPS = 4
+#: at most this many groups of consecutive rows (of at least ``_GROUP_ROWS`` rows each), each explained on the
+#: sequence cut after its last row's prefix (a causal model's row j reads only the tokens before its position):
+#: fewer token-passes (tiny GPT-2, 32 + 32 tokens: ~30% less time) for a few more compiled shapes
+_GROUPS, _GROUP_ROWS = 8, 4
 
 
 def _row_groups(rows: int, fixed: int | None) -> list[np.ndarray]:
     """Consecutive row indices per group: one group for a fixed-length model (padded anyway) or few rows."""
-    count = 1 if fixed is not None else min(_GROUPS, rows)
-    return [g for g in np.array_split(np.arange(rows), count) if len(g)]
+    count = 1 if fixed is not None else max(1, min(_GROUPS, rows // _GROUP_ROWS))
+    return np.array_split(np.arange(rows), count)
 
 
 def _merged(parts: list[Any]) -> Any:

@@ -264,8 +264,10 @@ def explain_generation(
         ``token_ids`` / ``tokens``, ``continuation_ids``, ``extras`` (the method's,
         per row, e.g. IG's ``completeness_error``).
 
-    Cost: one batch of ``continuation tokens x method passes`` samples of the full
-    sequence, ``batch_size`` at a time (IG: ``steps`` passes per row).
+    Cost: ``continuation tokens x method passes`` samples, ``batch_size`` at a time
+    (IG: ``steps`` passes per row), in up to 8 groups of consecutive rows (at least
+    4 rows each), each on the sequence cut after its last row's prefix (a causal
+    model's row reads nothing later); a new prompt length compiles once per group.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -195,6 +196,12 @@ def test_text_with_a_keras_hub_preset_folder(tmp_path):
     assert np.all(attributions[:, 5:] == 0)  # padded positions get exactly 0
     assert np.all(np.abs(attributions[:, :5]) > 0)
     assert len(list((out / "plots").glob("*.png"))) == 2
+    page = (out / "index.html").read_text()  # the token heatmaps as page text, each token's value its tooltip
+    tokens = re.findall(r"<span class='tk ([pn]\d+)'[^>]* title='([^']+)'>([^<]*)</span>", page)
+    cat = [(c, float(v)) for c, v, t in tokens if t == "cat"]
+    assert len(cat) == 1 and np.isclose(cat[0][1], attributions[0, 2], rtol=1e-3, atol=1e-6)
+    assert cat[0][0][0] == ("p" if attributions[0, 2] >= 0 else "n")
+    assert [t for _, _, t in tokens][:5] == ["[CLS]", "the", "cat", "sat", "[SEP]"]
 
 
 @settings(max_examples=15, deadline=None)

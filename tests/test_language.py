@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kerascope as ks
+from kerascope.language import generation
 from kerascope.language.embedding import NoTokenEmbeddingError
 from tests._autodiff import gradient
 
@@ -93,6 +94,28 @@ def test_batched_rows_equal_one_explanation_per_generated_token(lm):
             prefix, lambda o, c=int(c): keras.ops.log_softmax(o[:, -1], axis=-1)[:, c])
         np.testing.assert_allclose(g.token_attributions[j, : prefix.shape[1]], one.attributions.sum(-1)[0],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_rows_in_groups_on_cut_sequences_equal_the_per_token_loop(lm):
+    """Nine rows run as two groups, each on the sequence cut after its last row's prefix."""
+    model, emb, rest = lm
+    cont = np.array([4, 11, 6, 1, 8, 13, 2, 20, 5])
+    assert [len(g) for g in generation._row_groups(len(cont), None)] == [5, 4]
+    g = ks.explain_generation(model, PROMPT, cont, method="gradient_x_input")
+    seq = np.concatenate([PROMPT, cont])
+    e = keras.ops.convert_to_numpy(emb(seq[None]))
+    logits = keras.ops.convert_to_numpy(model(seq[None]))
+    for j, c in enumerate(cont):
+        n = len(PROMPT) + j
+        grad = gradient(lambda v, c=c: log_prob(rest(v), -1, c), e[:, :n])
+        np.testing.assert_allclose(g.token_attributions[j, :n], (e[:, :n] * grad).sum(-1)[0], rtol=1e-5, atol=1e-5)
+        assert np.all(g.token_attributions[j, n:] == 0.0)
+        np.testing.assert_allclose(g.log_probs[j], log_prob(logits, n - 1, c)[0], rtol=1e-5)
+    assert g.token_attributions.shape == (9, 14) and g.log_probs.shape == (9,)
+    ig = ks.explain_generation(model, PROMPT, cont, steps=16)
+    assert ig.extras["completeness_error"].shape == (9,) and ig.extras["baseline_scores"].shape == (9,)
+    gap = ig.log_probs - ig.extras["baseline_scores"]
+    np.testing.assert_allclose(ig.token_attributions.sum(1), gap + ig.extras["completeness_error"], atol=1e-4)
 
 
 def test_greedy_continuation_is_the_argmax_chain(lm):

@@ -5,13 +5,16 @@ attribution of ``log p(c_j | prompt, c_<j)`` on the prefix (here through kerasco
 target, so both sides share the compiled engine). Both sides are warmed first (every prefix length compiled
 once), so the rounds time steady-state work.
 
-Where the batched side's time goes (cProfile, TensorFlow, 32 + 32 tokens, 50 steps, batch_size 256): 85-90% in the
-compiled forward+backward calls, ~8% in the eager pass that reads the embedding's output (the whole model run
-eagerly once per explain call), ~2% in the two end-score passes. Every row runs on the full 64-token sequence,
-so the batched side does ~35% more token-passes than the loop (whose prefixes average 48 tokens); cutting the
-sequence per group of rows saves ~40% of the compiled calls but each extra explain call costs another eager
-pass (~1 s on a tiny KerasHub GPT-2), which cancels the gain: the eager activation pass is what to make
-compiled first.
+Where the time went before the layer's activations were read by a compiled pass (cProfile, TensorFlow,
+32 + 32 tokens, 50 steps, batch_size 256): 85-90% in the compiled forward+backward calls, ~8% in an eager pass
+that read the embedding's output (the whole model run eagerly once per explain call), ~2% in the two end-score
+passes. Both sides now read the activations from a compiled probed pass (the layer's output only), and the
+batched side runs its rows in groups of consecutive rows, each on the sequence cut after its last row's
+prefix (-30% time against one group on the full sequence, results equal to ~4e-9). The per-token loop got
+the compiled activation read too, which removed most of its per-call cost: both sides now do about the same
+token-passes (the loop's prefixes average 48 tokens, the groups' cut sequences ~49), so the ratio is close to
+1 on CPU; the batched side's gain left is fewer, larger compiled calls. A larger gain needs the rows of one
+group to share their forward pass (equal path points; only the differentiated position differs).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace, model: Any, inputs: Any, kind: str, explain: 
             feature_names=names.get("feature_names") if kind == "tabular" else None,
             channel_names=names.get("feature_names") if kind == "sequence" else None,
             tokens=names.get("tokens"), sample_names=names["sample_names"],
-            title=f"kerascope report: {getattr(model, 'name', 'model')}",
+            title=f"kerascope report: {getattr(model, 'name', 'model')}", tables=_token_tables(kind, done),
         )
         summary.processed = count
         summary.report = str(out / report.name)
@@ -117,6 +117,15 @@ def _run(args: argparse.Namespace, model: Any, inputs: Any, kind: str, explain: 
     emit(args, {**summary.as_dict(), "kind": kind},
          f"explained {count} {what} with {', '.join(methods)} in {summary.seconds:.1f}s -> {summary.report}")
     return 0
+
+
+def _token_tables(kind: str, done: dict[str, Any]) -> dict[str, str] | None:
+    """Text: every method's token heatmaps as page text (searchable, copyable), above the pictures."""
+    if kind != "text":
+        return None
+    from kerascope.report.tokens import token_tables
+
+    return {heading: html for name, e in done.items() for heading, html in token_tables(e, name).items()}
 
 
 def _method_params(model: Any, name: str, layer: str | None, params: dict[str, Any], batch_size: int) -> Any:

@@ -10,6 +10,7 @@ method folds rows x its own steps into the batch axis and runs them
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 import weakref
@@ -19,6 +20,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kerascope.core.diagnostics import check_explanation
 from kerascope.language.embedding import (
     backbone_of,
     check_ids,
@@ -262,8 +264,10 @@ def explain_generation(
         ``token_ids`` / ``tokens``, ``continuation_ids``, ``extras`` (the method's,
         per row, e.g. IG's ``completeness_error``).
 
-    Cost: one batch of ``continuation tokens x method passes`` samples of the full
-    sequence, ``batch_size`` at a time (IG: ``steps`` passes per row).
+    Cost: ``continuation tokens x method passes`` samples, ``batch_size`` at a time
+    (IG: ``steps`` passes per row), in up to 8 groups of consecutive rows (at least
+    4 rows each), each on the sequence cut after its last row's prefix (a causal
+    model's row reads nothing later); a new prompt length compiles once per group.
 
     Example:
         >>> import keras, numpy as np, kerascope as ks
@@ -304,19 +308,27 @@ def explain_generation(
         _check_length(limit, len(prompt_ids), len(continuation_ids), "continuation")
     sequence = np.concatenate([prompt_ids, continuation_ids]).astype(np.int32)
     rows, size, start = len(continuation_ids), len(sequence), len(prompt_ids)
-    inputs = _model_inputs(view, np.repeat(sequence[None], rows, axis=0), _fixed_length(model))
-    inputs["kerascope_position"] = (start - 1 + np.arange(rows)).astype(np.int32)
-    inputs["kerascope_token"] = continuation_ids.astype(np.int32)
     if name in PERTURBATIONS:
         return _by_segments(view, name, sequence, prompt_ids, continuation_ids, segments, baseline_token,
                             tokenizer, vocab, params)
-    if baseline_token is not None:  # the path starts at this token's embedding, at every position
-        filler = check_ids(np.asarray([baseline_token]), vocab, "baseline_token")[0]
-        params["baseline"] = {**inputs, "token_ids": np.full_like(inputs["token_ids"], filler)}
-    explainer = registry.build(method, view, {"layer": embedding, "call_index": call_index, **params})
-    explanation = explainer.explain(inputs, 0)
+    filler = None if baseline_token is None else check_ids(np.asarray([baseline_token]), vocab, "baseline_token")[0]
+    parts, explainer = [], None
+    groups = _row_groups(rows, _fixed_length(model))
+    for group in groups:
+        length = start + int(group[-1])  # causal: row j reads the tokens before position start + j only
+        inputs = _model_inputs(view, np.repeat(sequence[None, :length], len(group), axis=0), _fixed_length(model))
+        inputs["kerascope_position"] = (start - 1 + group).astype(np.int32)
+        inputs["kerascope_token"] = continuation_ids[group].astype(np.int32)
+        given = dict(params)
+        if filler is not None:  # the path starts at this token's embedding, at every position
+            given["baseline"] = {**inputs, "token_ids": np.full_like(inputs["token_ids"], filler)}
+        explainer = registry.build(method, view, {"layer": embedding, "call_index": call_index, **given})
+        parts.append(explainer._explain_unchecked(inputs, 0))
+    explanation = _merged(parts)
+    check_explanation(explanation, explainer)  # once, row numbers of the whole continuation
     _check_completeness(explanation, baseline_token)
     per_token = reduce_embedding(explanation.attributions, reduce)[:, :size]
+    per_token = np.pad(per_token, [(0, 0), (0, size - per_token.shape[1])])  # (the last token: read by no row)
     later = np.arange(size)[None, :] >= (start + np.arange(rows))[:, None]
     per_token = np.where(later, 0.0, per_token).astype(np.float32)  # causal: exactly 0, not float dust
     return GenerationExplanation(
@@ -331,6 +343,40 @@ def explain_generation(
         params={**explanation.params, "reduce": reduce},
         extras={k: np.asarray(v) for k, v in (explanation.extras or {}).items()},
     )
+
+
+#: at most this many groups of consecutive rows (of at least ``_GROUP_ROWS`` rows each), each explained on the
+#: sequence cut after its last row's prefix (a causal model's row j reads only the tokens before its position):
+#: fewer token-passes (tiny GPT-2, 32 + 32 tokens: ~30% less time) for a few more compiled shapes
+_GROUPS, _GROUP_ROWS = 8, 4
+
+
+def _row_groups(rows: int, fixed: int | None) -> list[np.ndarray]:
+    """Consecutive row indices per group: one group for a fixed-length model (padded anyway) or few rows."""
+    count = 1 if fixed is not None else max(1, min(_GROUPS, rows // _GROUP_ROWS))
+    return np.array_split(np.arange(rows), count)
+
+
+def _merged(parts: list[Any]) -> Any:
+    """The groups' explanations as one: per-row arrays concatenated, zero-padded along the cut sequence
+    (the positions a group did not read), anything else as the first group has it."""
+    if len(parts) == 1:
+        return parts[0]
+    sizes = [len(np.asarray(p.scores)) for p in parts]
+
+    def joined(values: list[Any]) -> Any:
+        arrays = [np.asarray(v) for v in values]
+        if not all(a.ndim >= 1 and len(a) == n for a, n in zip(arrays, sizes, strict=True)):
+            return values[0]
+        widest = np.max([a.shape for a in arrays], axis=0)
+        return np.concatenate([np.pad(a, [(0, 0)] + [(0, int(w) - d) for w, d in zip(widest[1:], a.shape[1:],
+                                                                                      strict=True)])
+                               for a in arrays])
+
+    extras = {key: joined([p.extras[key] for p in parts]) for key in (parts[0].extras or {})}
+    return dataclasses.replace(parts[0], attributions=joined([p.attributions for p in parts]),
+                               scores=joined([p.scores for p in parts]), targets=joined([p.targets for p in parts]),
+                               extras=extras)
 
 
 def _by_segments(view: LogProbModel, name: str, sequence: np.ndarray, prompt_ids: np.ndarray,

@@ -16,11 +16,13 @@ summed over the last (embedding / channel) axis, which keeps IG's completeness.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import keras
 import numpy as np
 
+from kerascope import _backend
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.probe import probe
@@ -50,9 +52,13 @@ def resolve(engine: Engine, layer: Any) -> tuple[keras.Layer, str]:
 
 
 def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: int) -> np.ndarray:
-    """The layer's output for every sample, float32, from eager probed forward passes.
+    """The layer's output for every sample, float32, from compiled probed forward passes.
 
-    Of a shared layer, the call chosen by the engine's ``call_index``.
+    Of a shared layer, the call chosen by the engine's ``call_index``. One compiled
+    function per engine, layer, call and input signature (cached with the engine's
+    other compiled functions), which returns only the layer's output: what follows the
+    layer is not run where the backend prunes it (TensorFlow's graph, XLA, JAX).
+    With a reduced ``precision`` engine the pass runs eagerly as the model is.
 
     Example:
         >>> import keras, numpy as np
@@ -62,16 +68,42 @@ def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: 
         >>> activations(engine_for(m), Inputs(np.ones((2, 3))), d, 8).tolist()
         [[3.0, 3.0], [3.0, 3.0]]
     """
-    parts = []
     model = engine.model
     path = engine.path_of(layer)
-    engine.check_inputs(inputs)  # the model's own error about the inputs, in kerascope's words
-    position = engine.call_positions(inputs, [layer])[0]
-    for _, arrays in inputs.chunks(batch_size):
-        with probe([layer]) as rec:
-            model(fit_structure(model, inputs.model_arg(arrays)), training=False)
-        parts.append(check_output(rec.call(layer, position), path))
+    prepared = engine.check_inputs(inputs)  # the model's own error about the inputs, in kerascope's words
+    position = engine.call_positions(prepared, [layer])[0]
+    if engine.precision is not None:  # the eager model, not the engine's reduced-precision pass
+        parts = []
+        for _, arrays in prepared.chunks(batch_size):
+            with probe([layer]) as rec:
+                model(fit_structure(model, prepared.model_arg(arrays)), training=False)
+            parts.append(check_output(rec.call(layer, position), path))
+        return np.concatenate(parts, axis=0)
+    key = ("layer output", layer, position, prepared.signature)
+    fn = engine._compiled.get(key)
+    with engine.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
+        if fn is None:
+            fn = _compiled_output(engine, prepared, layer, position, path)
+            engine._compiled[key] = fn
+        parts = [check_output(fn(arrays), path) for _, arrays in prepared.chunks(batch_size)]
     return np.concatenate(parts, axis=0)
+
+
+def _compiled_output(engine: Engine, inputs: Inputs, layer: keras.Layer, position: int | None,
+                     path: str) -> Any:
+    """A compiled forward pass that returns the probed ``layer``'s output at call ``position``."""
+    owner = weakref.ref(engine)
+    model_arg = inputs.structurer()
+
+    def run(arrays: list[Any]) -> Any:
+        # no softmax bypass and no BatchNormalization folding: the model's own values at the layer
+        _, recorder = owner()._call_model(model_arg, arrays, (), [layer], None, None, [position], fold=False)
+        value = recorder.call(layer, position)
+        if isinstance(value, (list, tuple, dict)):
+            check_output(value, path)  # refuses several tensors
+        return value
+
+    return _backend.get().compile_forward(run, input_specs=inputs.specs, jit_compile=engine.jit_compile)
 
 
 def check_output(value: Any, path: str) -> np.ndarray:

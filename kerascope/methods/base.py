@@ -280,6 +280,12 @@ class Method:
             >>> e.targets.tolist()
             [0, 1]
         """
+        result = self._explain_unchecked(inputs, targets)
+        check_explanation(result, self)  # a zero map or a missed completeness is said, never passed silently
+        return result
+
+    def _explain_unchecked(self, inputs: Any, targets: Any = None) -> Explanation:
+        """:meth:`explain` without its warnings (for a caller that merges parts and checks the whole)."""
         self._check_call_index()
         self._check_model()  # refusals that need no call come first: the model is not even called
         # then the inputs, before any method-specific pass (the same eager pass counts the probed layer's calls)
@@ -287,9 +293,7 @@ class Method:
         with self.engine.check_on_error(prepared), single_threaded_blas(), progress_scope(
             prepared.num_samples, self.name, self.progress, passes=method_passes(self)
         ):
-            result = self._explain(prepared, targets)
-        check_explanation(result, self)  # a zero map or a missed completeness is said, never passed silently
-        return result
+            return self._explain(prepared, targets)
 
     def _probed_layers(self) -> list[keras.Layer]:
         """The inner layer given by ``layer=`` as an object (none when absent or unknown: its error comes later)."""

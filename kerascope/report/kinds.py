@@ -28,6 +28,7 @@ def write_data_report(
     title: str = "kerascope report",
     embed_images: bool = False,
     dpi: int = 90,
+    tables: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``OUT/index.html`` (and ``OUT/plots/*.png``) for explanations of sequences, tables or text.
 
@@ -48,6 +49,8 @@ def write_data_report(
         sample_names: a name per sample (default ``sample 0, 1, ...``).
         max_samples: at most this many samples are drawn.
         embed_images: inline the figures (a single self-contained file).
+        tables: ``{heading: table}`` shown above the figures (see :func:`kerascope.report.write_report`),
+            e.g. :func:`kerascope.report.tokens.token_tables` (token heatmaps as page text).
 
     Example:
         >>> import tempfile, numpy as np
@@ -102,4 +105,4 @@ def write_data_report(
         entries.append(ReportEntry(name, "", [], overlays, label, wide=True, layers=layers, quantities=quantities))
     return write_report(out / "index.html", entries, title=title,
                         subtitle=f"{kind} · methods {', '.join(named)} · {len(entries)} of {count} samples",
-                        embed_images=embed_images)
+                        embed_images=embed_images, tables=tables)

@@ -28,6 +28,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -128,12 +129,22 @@ def _run_page(page: Path, folder: Path, pixels: np.ndarray, slow: bool, monkeypa
     blocks = [b for b in examples(page) if b[3] != "skip" and (slow or b[3] != "slow")]
     if not blocks:
         pytest.skip(f"{page.name}: no example runs in this mode")
+    # each page in its own copy of the placeholders: one page's outputs (results/, ...) never meet another's
+    folder = Path(shutil.copytree(folder, folder.parent / f"{folder.name}-{page.stem}", dirs_exist_ok=True))
     monkeypatch.chdir(folder)
+    # a page that registers a method (docs/architecture.md) leaves the registry as it found it
+    from kerascope.methods import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     from kerascope.data import demo_images, demo_masks
 
     masks = np.stack([demo_masks()[p.name] for p in demo_images()[:2]])
-    namespace = {"__name__": "__docs__", "model": ks.load_model(folder / "model.keras"), "images": pixels,
-                 "x": pixels, "labels": np.array([0, 1]), "masks": masks}
+    # the page's blocks share one real module, as pasted into one session (dataclasses look their module up)
+    module = types.ModuleType("__docs__")
+    monkeypatch.setitem(sys.modules, "__docs__", module)
+    namespace = module.__dict__
+    namespace.update({"model": ks.load_model(folder / "model.keras"), "images": pixels,
+                      "x": pixels, "labels": np.array([0, 1]), "masks": masks})
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     for line, language, code, _, _ in blocks:

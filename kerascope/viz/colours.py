@@ -47,7 +47,7 @@ SIGN_CONVENTIONS: dict[str, str] = {
     **dict.fromkeys((
         "gradcam", "gradcam_plusplus", "xgradcam", "layercam", "hirescam", "scorecam", "ablationcam",
         "eigencam", "rise", "smoothgrad_squared", "vargrad",
-        "eigengradcam", "kpcacam", "fem", "gradcam_elementwise", "fullgrad", "sobol", "hsic", "attention_rollout",
+        "eigengradcam", "kpcacam", "fem", "gradcam_elementwise", "shapleycam", "fullgrad", "sobol", "hsic", "attention_rollout",
         "gradient_rollout",
     ), "unsigned"),
 }

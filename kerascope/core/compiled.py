@@ -323,6 +323,39 @@ class CompiledCalls:
             self._settle_probabilities(keras.tree.map_structure(lambda a: a[:1], merged))  # one sample, as eagerly
         return merged
 
+    def layer_output_function(self, inputs: Inputs, layer: keras.Layer, position: int | None,
+                              check: Callable[[Any], Any] | None = None) -> Callable[[list[Any]], Any]:
+        """A compiled forward pass returning ``layer``'s output at call ``position``, cached per layer and
+        input signature. No softmax bypass and no BatchNormalization folding: the model's own values there.
+        ``check`` sees the traced value (e.g. to refuse a layer with several output tensors).
+
+        Example:
+            >>> from kerascope.core.engine import Engine
+            >>> import keras, numpy as np
+            >>> d = keras.layers.Dense(2, kernel_initializer="ones", name="d")
+            >>> m = keras.Sequential([keras.Input((3,)), d, keras.layers.Dense(1)])
+            >>> e = Engine(m)  # the engine holds the model weakly: keep a reference
+            >>> x = e.check_inputs(np.ones((2, 3)))
+            >>> np.asarray(e.layer_output_function(x, d, None)(x.arrays)).tolist()
+            [[3.0, 3.0], [3.0, 3.0]]
+        """
+        key = ("layer output", layer, position, inputs.signature)
+        fn = self._compiled.get(key)
+        if fn is None:
+            owner = weakref.ref(self)
+            model_arg = inputs.structurer()
+
+            def run(arrays: list[Any]) -> Any:
+                _, recorder = owner()._call_model(model_arg, arrays, (), [layer], None, None, [position], fold=False)
+                value = recorder.call(layer, position)
+                if check is not None:
+                    check(value)
+                return value
+
+            fn = _backend.get().compile_forward(run, input_specs=inputs.specs, jit_compile=self.jit_compile)
+            self._compiled[key] = fn
+        return fn
+
     def scorer(
         self,
         inputs: Inputs,

@@ -16,13 +16,11 @@ summed over the last (embedding / channel) axis, which keeps IG's completeness.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import keras
 import numpy as np
 
-from kerascope import _backend
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs, fit_structure
 from kerascope.core.probe import probe
@@ -79,31 +77,14 @@ def activations(engine: Engine, inputs: Inputs, layer: keras.Layer, batch_size: 
                 model(fit_structure(model, prepared.model_arg(arrays)), training=False)
             parts.append(check_output(rec.call(layer, position), path))
         return np.concatenate(parts, axis=0)
-    key = ("layer output", layer, position, prepared.signature)
-    fn = engine._compiled.get(key)
-    with engine.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
-        if fn is None:
-            fn = _compiled_output(engine, prepared, layer, position, path)
-            engine._compiled[key] = fn
-        parts = [check_output(fn(arrays), path) for _, arrays in prepared.chunks(batch_size)]
-    return np.concatenate(parts, axis=0)
-
-
-def _compiled_output(engine: Engine, inputs: Inputs, layer: keras.Layer, position: int | None,
-                     path: str) -> Any:
-    """A compiled forward pass that returns the probed ``layer``'s output at call ``position``."""
-    owner = weakref.ref(engine)
-    model_arg = inputs.structurer()
-
-    def run(arrays: list[Any]) -> Any:
-        # no softmax bypass and no BatchNormalization folding: the model's own values at the layer
-        _, recorder = owner()._call_model(model_arg, arrays, (), [layer], None, None, [position], fold=False)
-        value = recorder.call(layer, position)
+    def refuse_several(value: Any) -> None:
         if isinstance(value, (list, tuple, dict)):
             check_output(value, path)  # refuses several tensors
-        return value
 
-    return _backend.get().compile_forward(run, input_specs=inputs.specs, jit_compile=engine.jit_compile)
+    with engine.check_on_error(prepared):  # (JAX traces when compiling, TensorFlow on the first call)
+        fn = engine.layer_output_function(prepared, layer, position, refuse_several)
+        parts = [check_output(fn(arrays), path) for _, arrays in prepared.chunks(batch_size)]
+    return np.concatenate(parts, axis=0)
 
 
 def check_output(value: Any, path: str) -> np.ndarray:

@@ -33,7 +33,7 @@ METHODS: tuple[Entry, ...] = (
           "Attention maps multiplied from the first layer to the last (Abnar & Zuidema 2020)."),
     Entry("blur_ig", "BlurIG", "kerascope.methods.guided_paths",
           "Integrated Gradients along a path of successively blurred inputs (Xu et al. 2020)."),
-    Entry("deconvnet", "Deconvnet", "kerascope.methods.deeplift",
+    Entry("deconvnet", "Deconvnet", "kerascope.methods.gradients",
           "Gradient with ReLUs passing back only positive gradients (Zeiler & Fergus 2014)."),
     Entry("deeplift", "DeepLIFT", "kerascope.methods.deeplift",
           "DeepLIFT rescale rule (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."),

@@ -386,6 +386,12 @@ def test_core_and_propagation_modules_are_small_and_say_their_job(package: str) 
         assert docstring, f"{path.name} has no docstring"
 
 
+def test_no_module_of_kerascope_is_over_600_lines() -> None:
+    long = {str(path.relative_to(PACKAGE)): n for path in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > 600}
+    assert not long, f"split these by job: {long}"
+
+
 def test_the_engine_facade_keeps_every_name_importable() -> None:
     import kerascope.core.engine as engine_module
 

@@ -10,9 +10,9 @@ from kerascope.methods.cam_perturbation import AblationCAM, ScoreCAM
 from kerascope.methods.cam_variants import EigenCAM, GradCAMPlusPlus, HiResCAM, LayerCAM, XGradCAM
 from kerascope.methods.coalitions import LIME, FeatureAblation, KernelSHAP, ShapleyExact, ShapleySampling
 from kerascope.methods.conductance import InternalInfluence, LayerConductance, NeuronConductance
-from kerascope.methods.deeplift import Deconvnet, DeepLIFT, DeepLiftShap
+from kerascope.methods.deeplift import DeepLIFT, DeepLiftShap
 from kerascope.methods.fullgrad import FullGrad
-from kerascope.methods.gradients import GradientXInput, GuidedBackprop, Saliency
+from kerascope.methods.gradients import Deconvnet, GradientXInput, GuidedBackprop, Saliency
 from kerascope.methods.guided_paths import BlurIG, GuidedIG
 from kerascope.methods.integrated import ExpectedGradients, GradientSHAP, IntegratedGradients
 from kerascope.methods.lrp import LRP

@@ -178,3 +178,28 @@ class GuidedBackprop(Saliency):
     description = "Gradient with positive-only ReLU backward passes (Springenberg et al. 2015)."
     aliases = ("guidedbackprop", "guided_backpropagation")
     rule = "guided"
+
+
+@register
+class Deconvnet(Saliency):
+    """Deconvnet backward pass (Zeiler & Fergus, 2014).
+
+    Every ReLU passes back the positive part of the incoming gradient,
+    whatever its forward input was (``relu(dy)``); other layers use their
+    ordinary (transposed) gradient. One forward and one backward pass per
+    sample. Same reach as :class:`GuidedBackprop`: ReLUs written as
+    ``tf.nn.relu`` inside a subclassed ``call`` keep their normal gradient.
+
+    Example:
+        >>> import keras, numpy as np, kerascope as ks
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="relu", use_bias=False),
+        ...                       keras.layers.Dense(1, use_bias=False)])
+        >>> m.set_weights([-np.eye(2), np.ones((2, 1))])  # every ReLU is off at x = 1: the gradient is 0
+        >>> ks.Deconvnet(m).explain(np.ones((1, 2)), 0).attributions.tolist()  # relu(dy) passes anyway
+        [[-1.0, -1.0]]
+    """
+
+    name = "deconvnet"
+    description = "Gradient with ReLUs passing back only positive gradients (Zeiler & Fergus 2014)."
+    aliases = ("deconvolution", "deconv")
+    rule = "deconvnet"

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 from PIL import Image
-from test_report_browser import CHROMIUM, Browser  # noqa: E402 - tests/ is on sys.path
+from test_report_browser import browser  # noqa: E402, F401 - tests/ is on sys.path; the module fixture, reused
 
 import kerascope as ks
 from kerascope.pipeline import explain_images
@@ -60,17 +60,8 @@ def test_the_report_shows_one_picture_per_channel_with_its_label_and_objective(r
     assert re.findall(r"<img src='([^']+)'", _section(rebuilt)) == sources
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
-    b = Browser(tmp_path_factory.mktemp("chromium-profile"))
-    yield b
-    b.close()
-
-
 @pytest.mark.parametrize("embed", [False, True], ids=["folder", "single-file"])
-def test_the_grid_renders_in_chromium(run, browser, tmp_path, embed):
+def test_the_grid_renders_in_chromium(run, browser, tmp_path, embed):  # noqa: F811 (the imported fixture)
     out, result = run
     folder = tmp_path / "r"
     shutil.copytree(out, folder)

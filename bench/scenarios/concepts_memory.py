@@ -1,7 +1,7 @@
 """CRAFT's peak memory at N and 4N images with a fixed ``batch_size``, in a fresh interpreter.
 
-The child (this file run as a script, importing only kerascope, keras and numpy, so that it can
-measure another checkout: ``PYTHONPATH=OTHER python bench/scenarios/concepts_memory.py '{...}'``)
+The child (this file run as a script, importing kerascope, keras, numpy and bench.timing's peak helpers,
+so that it can measure another checkout: ``PYTHONPATH=OTHER:. python bench/scenarios/concepts_memory.py '{...}'``)
 fits CRAFT once to compile, then on N and 4N images, each time resetting the kernel's peak-RSS
 mark (``/proc/self/clear_refs``) and reading ``VmHWM``. Bounded memory: the 4N peak stays near
 the N peak (what grows is the ``(crops, channels)`` activation matrix and the inputs themselves).
@@ -18,20 +18,13 @@ from pathlib import Path
 import numpy as np
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-
 def _peak_above(fn) -> int:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status("VmRSS")
+    """Bytes of RSS high-water mark above the RSS just before ``fn()`` (the shared helpers of bench.timing)."""
+    from bench.timing import peak_kib, reset_peak
+
+    start = reset_peak()
     fn()
-    return _status("VmHWM") - before
+    return (peak_kib() - start) * 1024
 
 
 def measure(n: int, size: int, patch: int, batch_size: int) -> dict:
@@ -67,7 +60,8 @@ def run_child(settings: dict, pythonpath: str | None = None) -> dict:
     """:func:`measure` in a fresh interpreter (``pythonpath``: the checkout to measure, default this one)."""
     root = Path(__file__).resolve().parents[2]
     path = pythonpath or str(root)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)}
+    # the measured checkout first (its kerascope), then this one (bench.timing, should the other lack it)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, str(root), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(settings)],
                           capture_output=True, text=True, env=env, cwd=root)
     if done.returncode != 0:

@@ -109,3 +109,17 @@ def test_evaluate_command_with_a_user_model_and_data_file(tmp_path, capsys):
     bad = tmp_path / "bad.npz"
     np.savez(bad, images=images)
     assert main(["evaluate", str(model_path), str(bad), "--out", str(out)]) == 2
+
+
+def test_the_default_run_leaves_out_exhaustive_methods_with_a_row_that_says_why():
+    from kerascope.evaluation import NOT_RUN_BY_DEFAULT, BenchmarkResult, MethodScores, _explainers
+    from kerascope.methods.registry import available
+
+    names = [name for name, _ in _explainers(None, baselines=False, batch_size=8, seed=0)]
+    assert "shapley_exact" in available() and "shapley_exact" not in names
+    assert sorted(names) == sorted(set(available()) - set(NOT_RUN_BY_DEFAULT))
+    assert [name for name, _ in _explainers(["shapley_exact"], False, 8, 0)] == ["shapley_exact"]  # named: runs
+    row = MethodScores("shapley_exact", error=f"not run by default: {NOT_RUN_BY_DEFAULT['shapley_exact']}",
+                       applicable=False)
+    table = BenchmarkResult([row], np.zeros(1)).markdown()
+    assert "| shapley_exact (not run by default: all 2^16 coalitions" in table and "failed" not in table

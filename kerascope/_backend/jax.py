@@ -14,7 +14,7 @@ chunk shape (typically two: full chunks and the remainder) and reuses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -22,16 +22,21 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
+from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules and fuses_rules are the backend interface)
+    Backward,
+    Forward,
+    Fuse,
+    Specs,
     differentiable_positions,
+    fuses_rules,
+    gradient_result,
     modified_relu,
+    named_call,
+    no_path_error,
     rescale_relu,
 )
 
 NAME = "jax"
-
-Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
-Specs = Sequence[tuple[tuple[int | None, ...], str]]
 
 
 class _RecordingScope(keras.StatelessScope):
@@ -155,14 +160,9 @@ def compile_gradients(
         reached = _depends(info["jaxpr"], 0, list(act_vars))
         for i, name in enumerate(layer_names):
             if not any(reached[offsets[i]:offsets[i + 1]]):
-                raise ValueError(
-                    f"The target score does not depend on the output of layer {name!r}: there "
-                    "is no differentiable path from this layer to the score. Received: "
-                    f"layer={name!r}. Pick a layer between the inputs and the output."
-                )
+                raise no_path_error(name)
     positions = _match_weights(weights, variables)
     weight_index = {p: k for k, p in enumerate(positions) if p is not None}
-    weight_shapes = [tuple(np.shape(w)) for w in weights]
     last_call = [max(c - 1, 0) for c in info["calls"]]
 
     def step(diff_values: list[Any], other_values: list[Any], inputs: list[Any], targets: Any) -> dict[str, Any]:
@@ -207,23 +207,11 @@ def compile_gradients(
         (_, (scores, resolved, acts)), grads = jax.value_and_grad(loss, argnums=argnums, has_aux=True)(
             diff_values, chosen, deltas
         )
-        w_grads, d_grads = grads[0], grads[-1]
-        f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
-        out = {
-            "scores": scores,
-            "targets": jnp.asarray(resolved, jnp.int32),
-            "acts": [jax.tree.map(f32, a) for a in acts],
-            "layer_grads": [jax.tree.map(f32, g) for g in d_grads],
-            "weight_grads": [
-                f32(w_grads[weight_index[p]]) if p is not None else jnp.zeros(shape, jnp.float32)
-                for p, shape in zip(positions, weight_shapes)
-            ],
-        }
-        if wrt:
-            out["input_grads"] = [f32(g) for g in grads[1]]
-        if post is not None:
-            out = post(out)
-        return out
+        w_grads = [grads[0][weight_index[p]] if p is not None else None for p in positions]
+        return gradient_result(
+            scores, jnp.asarray(resolved, jnp.int32), acts, grads[-1], w_grads, weights,
+            grads[1] if wrt else None, cast=lambda t: jnp.asarray(t, jnp.float32), post=post,
+        )
 
     compiled = jax.jit(step)
 
@@ -271,28 +259,16 @@ def compile_forward(
     return run
 
 
-def fuses_rules() -> bool:
-    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel: never here (under ``jax.jit`` XLA fuses the whole pass already).
-
-    Example:
-        >>> fuses_rules()
-        False
-    """
-    return False
-
-
 def custom_backward(
     fn: Callable[..., Any],
-    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
+    backward: Backward,
     name: str,
-    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
+    fuse: Fuse = None,
 ) -> Callable[..., Any]:
-    """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward``.
+    """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward`` (a ``jax.custom_vjp``).
 
-    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
-    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
-    and may be called several times. ``fuse`` (the TensorFlow backend's
-    one-kernel rules) is accepted and not needed: under ``jax.jit`` XLA
+    ``backward`` is described at :data:`kerascope._backend.neutral.Backward`. ``fuse`` (the TensorFlow
+    backend's one-kernel rules) is accepted and not needed: under ``jax.jit`` XLA
     already fuses the rule's element-wise work.
 
     Example:
@@ -314,9 +290,4 @@ def custom_backward(
         return tuple(backward(xs, y, dy, lambda d: list(vjp(d))))
 
     wrapped.defvjp(fwd, bwd)
-
-    def call(*xs: Any) -> Any:
-        return wrapped(*[jnp.asarray(x) for x in xs])
-
-    call.__name__ = name
-    return call
+    return named_call(wrapped, jnp.asarray, name)

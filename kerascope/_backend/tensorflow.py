@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,13 +18,23 @@ import tensorflow as tf
 
 from kerascope._backend import tf_fused
 from kerascope._backend.errors import StatefulModelError
-from kerascope._backend.neutral import modified_relu, rescale_relu  # noqa: F401  (the backend interface)
+from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
+    Backward,
+    Forward,
+    Fuse,
+    Specs,
+    differentiable_positions,
+    gradient_result,
+    modified_relu,
+    named_call,
+    no_path_error,
+    not_differentiable_error,
+    rescale_relu,
+)
 from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
 
 NAME = "tensorflow"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kerascope/, not importing it
-
-Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
 
 
 def _to_numpy(value: Any) -> Any:
@@ -316,7 +326,7 @@ def _direct(compiled: Any) -> Callable[..., Any]:
 def compile_gradients(
     forward: Forward,
     *,
-    input_specs: Sequence[tuple[tuple[int | None, ...], str]],
+    input_specs: Specs,
     wrt_inputs: bool | Sequence[int],
     layer_names: Sequence[str],
     weights: Sequence[Any],
@@ -351,7 +361,7 @@ def compile_gradients(
         tf.TensorSpec(shape=(None,), dtype=tf.int32),
     ]
     weights = list(weights)
-    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
+    wrt = differentiable_positions(input_specs, wrt_inputs)
 
     def step(inputs: list[tf.Tensor], targets: tf.Tensor) -> dict[str, Any]:
         if on_trace is not None:
@@ -378,32 +388,13 @@ def compile_gradients(
         grads = tape.gradient(total, sources)
         for name, grad in zip(layer_names, grads["acts"]):
             if grad is None:
-                raise ValueError(
-                    f"The target score does not depend on the output of layer {name!r}: there "
-                    "is no differentiable path from this layer to the score. Received: "
-                    f"layer={name!r}. Pick a layer between the inputs and the output."
-                )
+                raise no_path_error(name)
         if wrt and any(g is None for g in grads["inputs"]):
-            raise ValueError(
-                "The target score is not differentiable w.r.t. the model inputs (integer "
-                "inputs such as token ids, or a non-differentiable op). For token inputs, "
-                "attribute at the embedding layer with `layer=`."
-            )
-        out = {
-            "scores": tf.cast(scores, tf.float32),
-            "targets": resolved,
-            "acts": [tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), a) for a in acts],
-            "layer_grads": [tf.cast(g, tf.float32) for g in grads["acts"]],
-            "weight_grads": [
-                tf.zeros_like(w, dtype=tf.float32) if g is None else tf.cast(_dense(g), tf.float32)
-                for w, g in zip(weights, grads["weights"])
-            ],
-        }
-        if wrt:
-            out["input_grads"] = [tf.cast(g, tf.float32) for g in grads["inputs"]]
-        if post is not None:
-            out = post(out)
-        return out
+            raise not_differentiable_error()
+        return gradient_result(
+            scores, resolved, acts, grads["acts"], grads["weights"], weights, grads["inputs"] if wrt else None,
+            cast=lambda t: tf.cast(_dense(t), tf.float32), post=post,
+        )
 
     compiled = _direct(_function(step, signature, jit_compile))
 
@@ -420,7 +411,7 @@ def compile_gradients(
 def compile_forward(
     forward: Callable[[list[Any]], Any],
     *,
-    input_specs: Sequence[tuple[tuple[int | None, ...], str]],
+    input_specs: Specs,
     jit_compile: bool = False,
 ) -> Callable[[list[np.ndarray]], Any]:
     """Compile a gradient-free forward function of a list of inputs.
@@ -491,16 +482,14 @@ def fuses_rules() -> bool:
 
 def custom_backward(
     fn: Callable[..., Any],
-    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
+    backward: Backward,
     name: str,
-    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
+    fuse: Fuse = None,
 ) -> Callable[..., Any]:
-    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
+    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward`` (a ``tf.custom_gradient``).
 
-    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
-    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
-    and may be called several times. Written once in ``keras.ops`` by the
-    callers (e.g. the DeepLIFT rules), so every backend computes the same.
+    ``backward`` (described at :data:`kerascope._backend.neutral.Backward`) is written once in
+    ``keras.ops`` by the callers (e.g. the DeepLIFT rules), so every backend computes the same.
     ``fuse``: ``(key, f, exact)``, ``f`` the same function as ``fn`` but
     holding nothing of the model, ``key`` determining ``f`` and ``backward``:
     the backward pass then runs as one XLA-compiled kernel, shared by every
@@ -538,8 +527,4 @@ def custom_backward(
 
         return y, grad
 
-    def call(*xs: Any) -> Any:
-        return wrapped(*[tf.convert_to_tensor(x) for x in xs])
-
-    call.__name__ = name
-    return call
+    return named_call(wrapped, tf.convert_to_tensor, name)

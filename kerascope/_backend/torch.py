@@ -12,23 +12,29 @@ scoped layer patches (see ``docs/backends.md``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import torch
 
-from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
+from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules and fuses_rules are the backend interface)
+    Backward,
+    Forward,
+    Fuse,
+    Specs,
     differentiable_positions,
+    fuses_rules,
+    gradient_result,
     modified_relu,
+    named_call,
+    no_path_error,
+    not_differentiable_error,
     rescale_relu,
 )
 
 NAME = "torch"
-
-Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
-Specs = Sequence[tuple[tuple[int | None, ...], str]]
 
 
 def _to_numpy(value: Any) -> Any:
@@ -44,8 +50,8 @@ def _tensor(x: np.ndarray) -> torch.Tensor:
     return keras.ops.convert_to_tensor(x)
 
 
-def _f32(t: Any) -> Any:
-    return keras.tree.map_structure(lambda v: v.detach().to(torch.float32), t)
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float32)
 
 
 @contextlib.contextmanager
@@ -125,34 +131,15 @@ def compile_gradients(
         for name, act, leaves in zip(layer_names, acts, flat_acts):
             got, rest = rest[: len(leaves)], rest[len(leaves):]
             if all(g is None for g in got):
-                raise ValueError(
-                    f"The target score does not depend on the output of layer {name!r}: there "
-                    "is no differentiable path from this layer to the score. Received: "
-                    f"layer={name!r}. Pick a layer between the inputs and the output."
-                )
+                raise no_path_error(name)
             got = [torch.zeros_like(t) if g is None else g for g, t in zip(got, leaves)]
             layer_grads.append(keras.tree.pack_sequence_as(act, got))
         if any(g is None for g in input_grads):
-            raise ValueError(
-                "The target score is not differentiable w.r.t. the model inputs (integer "
-                "inputs such as token ids, or a non-differentiable op). For token inputs, "
-                "attribute at the embedding layer with `layer=`."
-            )
-        out = {
-            "scores": scores.detach().to(torch.float32),
-            "targets": resolved.detach() if isinstance(resolved, torch.Tensor) else resolved,
-            "acts": [_f32(a) for a in acts],
-            "layer_grads": [_f32(g) for g in layer_grads],
-            "weight_grads": [
-                torch.zeros(tuple(w.shape), dtype=torch.float32) if g is None else _f32(g)
-                for w, g in zip(weights, rest)
-            ],
-        }
-        if wrt:
-            out["input_grads"] = [_f32(g) for g in input_grads]
-        if post is not None:
-            out = post(out)
-        return _to_numpy(out)
+            raise not_differentiable_error()
+        return _to_numpy(gradient_result(
+            scores, resolved.detach() if isinstance(resolved, torch.Tensor) else resolved, acts, layer_grads,
+            rest, weights, input_grads if wrt else None, cast=_f32, post=post,
+        ))
 
     return run
 
@@ -179,29 +166,17 @@ def compile_forward(
     return run
 
 
-def fuses_rules() -> bool:
-    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel: never here (PyTorch runs op by op).
-
-    Example:
-        >>> fuses_rules()
-        False
-    """
-    return False
-
-
 def custom_backward(
     fn: Callable[..., Any],
-    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
+    backward: Backward,
     name: str,
-    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
+    fuse: Fuse = None,
 ) -> Callable[..., Any]:
-    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
+    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward`` (a ``torch.autograd.Function``).
 
-    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
-    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input;
-    recomputed from ``xs``) and may be called several times. ``fuse`` (the
-    TensorFlow backend's one-kernel rules) is accepted and ignored: PyTorch
-    runs eagerly, op by op.
+    ``backward`` is described at :data:`kerascope._backend.neutral.Backward`; here its ``vjp`` is
+    recomputed from ``xs``. ``fuse`` (the TensorFlow backend's one-kernel rules) is accepted and
+    ignored: PyTorch runs eagerly, op by op.
 
     Example:
         >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")
@@ -234,9 +209,4 @@ def custom_backward(
                 return tuple(backward(list(xs), y, dy, vjp_of(xs)))
 
     Rule.__name__ = name
-
-    def call(*xs: Any) -> Any:
-        return Rule.apply(*[_tensor(x) for x in xs])
-
-    call.__name__ = name
-    return call
+    return named_call(Rule.apply, _tensor, name)

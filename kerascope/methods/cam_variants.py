@@ -33,12 +33,14 @@ class GradCAMPlusPlus(CAM):
     constant positive factor ``exp(S)`` is dropped from the weights, and
     ``eps = 1e-6``. One forward and one backward pass.
 
-    Example:
+    Example (two images, a target each; the maps at the layer's 6 x 6 resolution, non-negative):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.GradCAMPlusPlus(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
-        (1, 8, 8)
+        >>> cam = ks.GradCAMPlusPlus(m, layer="c", upsample=False)
+        >>> maps = cam.explain(np.random.default_rng(0).random((2, 8, 8, 1)), [0, 1]).attributions
+        >>> maps.shape, bool((maps >= 0).all())
+        ((2, 6, 6), True)
     """
 
     name = "gradcam_plusplus"
@@ -210,12 +212,13 @@ class EigenCAM(CAM):
     used; the engine's pass still provides activations, targets and scores
     (one forward and one backward pass).
 
-    Example:
+    Example (class-agnostic: every target gets the same map):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.EigenCAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
-        (1, 8, 8)
+        >>> x, cam = np.random.default_rng(0).random((1, 8, 8, 1)), ks.EigenCAM(m, layer="c")
+        >>> bool(np.array_equal(cam.explain(x, 0).attributions, cam.explain(x, 1).attributions))
+        True
     """
 
     name = "eigencam"

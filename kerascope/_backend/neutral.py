@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -22,6 +23,48 @@ Specs = Sequence[tuple[tuple[int | None, ...], str]]
 Backward = Callable[[list[Any], Any, Any, Callable[[Any], list[Any]]], list[Any]]
 # ``custom_backward``'s ``fuse``: ``(key, f, exact)``, the TensorFlow backend's one-kernel rules.
 Fuse = tuple[Hashable, Callable[..., Any], bool] | None
+# What ``compile_gradients`` returns: ``(inputs, targets) -> result dictionary`` (see :func:`gradient_result`).
+GradientFunction = Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]
+# ``compile_forward``'s ``forward(inputs) -> outputs`` and what it returns: ``(inputs) -> outputs`` as numpy.
+ForwardOnly = Callable[[list[Any]], Any]
+ForwardFunction = Callable[[list[np.ndarray]], Any]
+
+
+@dataclass(frozen=True)
+class GradientRequest:
+    """The keyword arguments of every backend's ``compile_gradients(forward, **request)``, declared once.
+
+    ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``; ``transform`` is
+    applied by probes to each probed layer output. The gradient of ``sum(scores)`` is taken
+    w.r.t. the inputs (all if ``wrt_inputs`` is True, or the input positions it lists; refused
+    for integer inputs), the probed activations (``layer_names``: one per activation, for the
+    error of a layer the score does not depend on) and ``weights``; because samples are
+    independent, the gradient of the sum gives each sample's own gradient. ``jit_compile``:
+    XLA where the backend offers the choice; ``on_trace()`` is called when the function is
+    traced; ``post(out) -> out``, when given, is applied to the result dictionary inside the
+    compiled function (e.g. to reduce activations and gradients before they leave it).
+
+    Example:
+        >>> r = GradientRequest(input_specs=[((None, 2), "float32")], wrt_inputs=True, layer_names=[], weights=[])
+        >>> r.wrt, r.jit_compile
+        ([0], False)
+        >>> GradientRequest(input_specs=[], wrt_inputs=True, layer_names=[], weights=[], jit=True)
+        Traceback (most recent call last):
+        TypeError: GradientRequest.__init__() got an unexpected keyword argument 'jit'
+    """
+
+    input_specs: Specs
+    wrt_inputs: bool | Sequence[int]
+    layer_names: Sequence[str]
+    weights: Sequence[Any]
+    jit_compile: bool = False
+    on_trace: Callable[[], None] | None = None
+    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    @property
+    def wrt(self) -> list[int]:
+        """The input positions differentiated (:func:`differentiable_positions`)."""
+        return differentiable_positions(self.input_specs, self.wrt_inputs)
 
 
 def no_path_error(layer: str) -> ValueError:

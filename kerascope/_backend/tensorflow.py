@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from kerascope._backend import tf_fused
+from kerascope._backend import neutral, tf_fused
 from kerascope._backend.errors import StatefulModelError
-from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
-    Backward,
-    Forward,
-    Fuse,
-    Specs,
-    differentiable_positions,
-    gradient_result,
-    modified_relu,
-    named_call,
-    no_path_error,
-    not_differentiable_error,
-    rescale_relu,
-)
+from kerascope._backend.neutral import modified_relu, rescale_relu  # noqa: F401  (the backend interface)
 from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
 
 NAME = "tensorflow"
@@ -323,28 +311,11 @@ def _direct(compiled: Any) -> Callable[..., Any]:
     return call
 
 
-def compile_gradients(
-    forward: Forward,
-    *,
-    input_specs: Specs,
-    wrt_inputs: bool | Sequence[int],
-    layer_names: Sequence[str],
-    weights: Sequence[Any],
-    jit_compile: bool = False,
-    on_trace: Callable[[], None] | None = None,
-    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
-    """Compile ``forward`` with a gradient tape; the batch dimension is ``None``.
+def compile_gradients(forward: neutral.Forward, **request: Any) -> neutral.GradientFunction:
+    """Compile ``forward`` with a gradient tape (``request``: :class:`~kerascope._backend.neutral.GradientRequest`);
+    the batch dimension is ``None``.
 
-    ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
-    ``transform`` is applied by probes to each probed layer output. The
-    gradient of ``sum(scores)`` is taken w.r.t. the inputs (all if ``wrt_inputs`` is
-    True, or the input positions it lists),
-    the probed activations and ``weights``. Because samples are independent,
-    the gradient of the sum gives each sample's own gradient.
-
-    ``post(out) -> out``, when given, is applied to the result dictionary inside the
-    compiled function (e.g. to reduce activations and gradients before they leave it).
+    Only what is differentiated is watched by the tape (not every variable the model reads).
 
     Example:
         >>> import numpy as np
@@ -356,12 +327,14 @@ def compile_gradients(
         >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
         [[2.0, 4.0]]
     """
+    r = neutral.GradientRequest(**request)
+    layer_names, on_trace, post = r.layer_names, r.on_trace, r.post
     signature = [
-        [tf.TensorSpec(shape=(None, *shape[1:]), dtype=dtype) for shape, dtype in input_specs],
+        [tf.TensorSpec(shape=(None, *shape[1:]), dtype=dtype) for shape, dtype in r.input_specs],
         tf.TensorSpec(shape=(None,), dtype=tf.int32),
     ]
-    weights = list(weights)
-    wrt = differentiable_positions(input_specs, wrt_inputs)
+    weights = list(r.weights)
+    wrt = r.wrt
 
     def step(inputs: list[tf.Tensor], targets: tf.Tensor) -> dict[str, Any]:
         if on_trace is not None:
@@ -388,15 +361,15 @@ def compile_gradients(
         grads = tape.gradient(total, sources)
         for name, grad in zip(layer_names, grads["acts"]):
             if grad is None:
-                raise no_path_error(name)
+                raise neutral.no_path_error(name)
         if wrt and any(g is None for g in grads["inputs"]):
-            raise not_differentiable_error()
-        return gradient_result(
+            raise neutral.not_differentiable_error()
+        return neutral.gradient_result(
             scores, resolved, acts, grads["acts"], grads["weights"], weights, grads["inputs"] if wrt else None,
             cast=lambda t: tf.cast(_dense(t), tf.float32), post=post,
         )
 
-    compiled = _direct(_function(step, signature, jit_compile))
+    compiled = _direct(_function(step, signature, r.jit_compile))
 
     def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
         result = compiled(
@@ -409,12 +382,9 @@ def compile_gradients(
 
 
 def compile_forward(
-    forward: Callable[[list[Any]], Any],
-    *,
-    input_specs: Specs,
-    jit_compile: bool = False,
-) -> Callable[[list[np.ndarray]], Any]:
-    """Compile a gradient-free forward function of a list of inputs.
+    forward: neutral.ForwardOnly, *, input_specs: neutral.Specs, jit_compile: bool = False
+) -> neutral.ForwardFunction:
+    """Compile a gradient-free forward function of a list of inputs (a ``tf.function``, XLA with ``jit_compile``).
 
     Example:
         >>> import numpy as np
@@ -481,10 +451,7 @@ def fuses_rules() -> bool:
 
 
 def custom_backward(
-    fn: Callable[..., Any],
-    backward: Backward,
-    name: str,
-    fuse: Fuse = None,
+    fn: Callable[..., Any], backward: neutral.Backward, name: str, fuse: neutral.Fuse = None
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward`` (a ``tf.custom_gradient``).
 
@@ -527,4 +494,4 @@ def custom_backward(
 
         return y, grad
 
-    return named_call(wrapped, tf.convert_to_tensor, name)
+    return neutral.named_call(wrapped, tf.convert_to_tensor, name)

@@ -19,20 +19,8 @@ import keras
 import numpy as np
 import torch
 
-from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules and fuses_rules are the backend interface)
-    Backward,
-    Forward,
-    Fuse,
-    Specs,
-    differentiable_positions,
-    fuses_rules,
-    gradient_result,
-    modified_relu,
-    named_call,
-    no_path_error,
-    not_differentiable_error,
-    rescale_relu,
-)
+from kerascope._backend import neutral
+from kerascope._backend.neutral import fuses_rules, modified_relu, rescale_relu  # noqa: F401  (the backend interface)
 
 NAME = "torch"
 
@@ -67,39 +55,27 @@ def _requiring_grad(tensors: Sequence[torch.Tensor]) -> Iterator[None]:
             t.requires_grad_(False)
 
 
-def compile_gradients(
-    forward: Forward,
-    *,
-    input_specs: Specs,
-    wrt_inputs: bool | Sequence[int],
-    layer_names: Sequence[str],
-    weights: Sequence[Any],
-    jit_compile: bool = False,
-    on_trace: Callable[[], None] | None = None,
-    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
-    """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``.
+def compile_gradients(forward: neutral.Forward, **request: Any) -> neutral.GradientFunction:
+    """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``
+    (``request``: :class:`~kerascope._backend.neutral.GradientRequest`).
 
-    Gradients are taken w.r.t. the inputs (all if ``wrt_inputs`` is True, or the
-    positions it lists), the last
-    output of each probed layer, and ``weights`` (torch tensors). Nothing is
-    traced, so ``on_trace`` is called once, on the first call; ``jit_compile``
-    is ignored.
+    The gradients w.r.t. the last output of each probed layer are kept by ``transform``, and
+    ``weights`` are torch tensors. Nothing is traced, so ``on_trace`` is called once, on the
+    first call; ``jit_compile`` is ignored.
 
-    ``post(out) -> out``, when given, is applied to the result dictionary inside the
-    compiled function (e.g. to reduce activations and gradients before they leave it).
-
-    Example:
+    Example (the gradient w.r.t. a weight: the sum of the inputs over the batch):
         >>> import numpy as np
+        >>> w = keras.Variable(np.array([1.0, 2.0], "float32"))
         >>> def forward(inputs, targets, transform):
-        ...     return (inputs[0] ** 2).sum(dim=1), targets, []
-        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")],
-        ...                        wrt_inputs=True, layer_names=[], weights=[])
-        >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
-        [[2.0, 4.0]]
+        ...     return keras.ops.sum(inputs[0] * w, axis=1), targets, []
+        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")], wrt_inputs=False,
+        ...                        layer_names=[], weights=[w.value])
+        >>> fn([np.array([[1.0, 2.0], [3.0, 4.0]], "float32")], np.array([0, 0]))["weight_grads"][0].tolist()
+        [4.0, 6.0]
     """
-    wrt = differentiable_positions(input_specs, wrt_inputs)
-    weights = [w for w in weights]
+    r = neutral.GradientRequest(**request)
+    wrt, layer_names, on_trace, post = r.wrt, r.layer_names, r.on_trace, r.post
+    weights = list(r.weights)
     traced = [False]
 
     def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
@@ -131,12 +107,12 @@ def compile_gradients(
         for name, act, leaves in zip(layer_names, acts, flat_acts):
             got, rest = rest[: len(leaves)], rest[len(leaves):]
             if all(g is None for g in got):
-                raise no_path_error(name)
+                raise neutral.no_path_error(name)
             got = [torch.zeros_like(t) if g is None else g for g, t in zip(got, leaves)]
             layer_grads.append(keras.tree.pack_sequence_as(act, got))
         if any(g is None for g in input_grads):
-            raise not_differentiable_error()
-        return _to_numpy(gradient_result(
+            raise neutral.not_differentiable_error()
+        return _to_numpy(neutral.gradient_result(
             scores, resolved.detach() if isinstance(resolved, torch.Tensor) else resolved, acts, layer_grads,
             rest, weights, input_grads if wrt else None, cast=_f32, post=post,
         ))
@@ -145,18 +121,16 @@ def compile_gradients(
 
 
 def compile_forward(
-    forward: Callable[[list[Any]], Any],
-    *,
-    input_specs: Specs,
-    jit_compile: bool = False,
-) -> Callable[[list[np.ndarray]], Any]:
-    """Return a gradient-free forward function (``torch.no_grad``) of a list of inputs.
+    forward: neutral.ForwardOnly, *, input_specs: neutral.Specs, jit_compile: bool = False
+) -> neutral.ForwardFunction:
+    """Return a gradient-free forward function (``torch.no_grad``) of a list of inputs; outputs as numpy.
 
-    Example:
+    Example (two inputs; the output comes back as numpy):
         >>> import numpy as np
-        >>> fn = compile_forward(lambda xs: xs[0] * 2, input_specs=[((None, 1), "float32")])
-        >>> fn([np.ones((2, 1), "float32")]).tolist()
-        [[2.0], [2.0]]
+        >>> fn = compile_forward(lambda xs: xs[0] - xs[1], input_specs=[((None, 1), "float32")] * 2)
+        >>> out = fn([np.ones((1, 1), "float32"), np.full((1, 1), 3.0, "float32")])
+        >>> type(out).__name__, out.tolist()
+        ('ndarray', [[-2.0]])
     """
 
     def run(inputs: list[np.ndarray]) -> Any:
@@ -167,10 +141,7 @@ def compile_forward(
 
 
 def custom_backward(
-    fn: Callable[..., Any],
-    backward: Backward,
-    name: str,
-    fuse: Fuse = None,
+    fn: Callable[..., Any], backward: neutral.Backward, name: str, fuse: neutral.Fuse = None
 ) -> Callable[..., Any]:
     """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward`` (a ``torch.autograd.Function``).
 
@@ -209,4 +180,4 @@ def custom_backward(
                 return tuple(backward(list(xs), y, dy, vjp_of(xs)))
 
     Rule.__name__ = name
-    return named_call(Rule.apply, _tensor, name)
+    return neutral.named_call(Rule.apply, _tensor, name)

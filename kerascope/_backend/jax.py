@@ -14,7 +14,7 @@ chunk shape (typically two: full chunks and the remainder) and reuses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -22,16 +22,10 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
-    differentiable_positions,
-    modified_relu,
-    rescale_relu,
-)
+from kerascope._backend import neutral
+from kerascope._backend.neutral import fuses_rules, modified_relu, rescale_relu  # noqa: F401  (the backend interface)
 
 NAME = "jax"
-
-Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
-Specs = Sequence[tuple[tuple[int | None, ...], str]]
 
 
 class _RecordingScope(keras.StatelessScope):
@@ -46,7 +40,7 @@ class _RecordingScope(keras.StatelessScope):
         return None
 
 
-def _abstract(input_specs: Specs, extra_int_rows: bool = False) -> list[jax.ShapeDtypeStruct]:
+def _abstract(input_specs: neutral.Specs, extra_int_rows: bool = False) -> list[jax.ShapeDtypeStruct]:
     """Abstract arguments for a recording trace: every spec with the same (leading) batch size."""
     batch = next((shape[0] for shape, _ in input_specs if shape and shape[0] is not None), 2)
     specs = [((batch, *shape[1:]), np.dtype(dtype)) for shape, dtype in input_specs]
@@ -107,46 +101,35 @@ def _match_weights(weights: Sequence[Any], variables: list[Any]) -> list[int | N
     return positions
 
 
-def compile_gradients(
-    forward: Forward,
-    *,
-    input_specs: Specs,
-    wrt_inputs: bool | Sequence[int],
-    layer_names: Sequence[str],
-    weights: Sequence[Any],
-    jit_compile: bool = False,
-    on_trace: Callable[[], None] | None = None,
-    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
-    """Compile ``forward`` into one ``jax.jit(jax.value_and_grad(...))`` function.
+def compile_gradients(forward: neutral.Forward, **request: Any) -> neutral.GradientFunction:
+    """Compile ``forward`` (``request``: :class:`~kerascope._backend.neutral.GradientRequest`) into one
+    ``jax.jit(jax.value_and_grad(...))`` function.
 
-    ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
-    the gradient of ``sum(scores)`` is taken w.r.t. the inputs (all if
-    ``wrt_inputs`` is True, or the positions it lists), zero deltas added to
-    the probed layer outputs (the last
-    call of each layer, as recorded) and ``weights``. ``jit_compile`` is
-    ignored: JAX always compiles with XLA.
+    Zero deltas are added to the probed layer outputs (the last call of each layer, as recorded)
+    and differentiated with the inputs and ``weights``. ``jit_compile`` is ignored: JAX always
+    compiles with XLA.
 
-    ``post(out) -> out``, when given, is applied to the result dictionary inside the
-    compiled function (e.g. to reduce activations and gradients before they leave it).
-
-    Example:
+    Example (the gradient w.r.t. a probed layer output, none w.r.t. the inputs):
         >>> import numpy as np
         >>> def forward(inputs, targets, transform):
-        ...     return jnp.sum(inputs[0] ** 2, axis=1), targets, []
-        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")],
-        ...                        wrt_inputs=True, layer_names=[], weights=[])
-        >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
-        [[2.0, 4.0]]
+        ...     hidden = transform(0, None, jnp.tanh(inputs[0]))
+        ...     return jnp.sum(hidden ** 2, axis=1), targets, [hidden]
+        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")], wrt_inputs=False,
+        ...                        layer_names=["hidden"], weights=[])
+        >>> out = fn([np.array([[0.0, 1.0]], "float32")], np.array([0]))
+        >>> bool(np.allclose(out["layer_grads"][0], 2 * np.tanh([[0.0, 1.0]]))), "input_grads" in out
+        (True, False)
     """
+    r = neutral.GradientRequest(**request)
+    layer_names, weights, on_trace, post = r.layer_names, r.weights, r.on_trace, r.post
     n_layers = len(layer_names)
-    wrt = differentiable_positions(input_specs, wrt_inputs)
+    wrt = r.wrt
 
     def record_fn(flat: list[Any], transform: Callable) -> Any:
         scores, _, acts = forward(flat[:-1], flat[-1], transform)
         return jnp.sum(jnp.asarray(scores, jnp.float32)), acts
 
-    info = _record(record_fn, _abstract(input_specs, extra_int_rows=True), n_layers)
+    info = _record(record_fn, _abstract(r.input_specs, extra_int_rows=True), n_layers)
     variables: list[Any] = info["variables"]
     act_vars = info["jaxpr"].outvars[1:]
     act_leaves = jax.tree.leaves(info["shapes"][1])
@@ -155,14 +138,9 @@ def compile_gradients(
         reached = _depends(info["jaxpr"], 0, list(act_vars))
         for i, name in enumerate(layer_names):
             if not any(reached[offsets[i]:offsets[i + 1]]):
-                raise ValueError(
-                    f"The target score does not depend on the output of layer {name!r}: there "
-                    "is no differentiable path from this layer to the score. Received: "
-                    f"layer={name!r}. Pick a layer between the inputs and the output."
-                )
+                raise neutral.no_path_error(name)
     positions = _match_weights(weights, variables)
     weight_index = {p: k for k, p in enumerate(positions) if p is not None}
-    weight_shapes = [tuple(np.shape(w)) for w in weights]
     last_call = [max(c - 1, 0) for c in info["calls"]]
 
     def step(diff_values: list[Any], other_values: list[Any], inputs: list[Any], targets: Any) -> dict[str, Any]:
@@ -207,23 +185,11 @@ def compile_gradients(
         (_, (scores, resolved, acts)), grads = jax.value_and_grad(loss, argnums=argnums, has_aux=True)(
             diff_values, chosen, deltas
         )
-        w_grads, d_grads = grads[0], grads[-1]
-        f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
-        out = {
-            "scores": scores,
-            "targets": jnp.asarray(resolved, jnp.int32),
-            "acts": [jax.tree.map(f32, a) for a in acts],
-            "layer_grads": [jax.tree.map(f32, g) for g in d_grads],
-            "weight_grads": [
-                f32(w_grads[weight_index[p]]) if p is not None else jnp.zeros(shape, jnp.float32)
-                for p, shape in zip(positions, weight_shapes)
-            ],
-        }
-        if wrt:
-            out["input_grads"] = [f32(g) for g in grads[1]]
-        if post is not None:
-            out = post(out)
-        return out
+        w_grads = [grads[0][weight_index[p]] if p is not None else None for p in positions]
+        return neutral.gradient_result(
+            scores, jnp.asarray(resolved, jnp.int32), acts, grads[-1], w_grads, weights,
+            grads[1] if wrt else None, cast=lambda t: jnp.asarray(t, jnp.float32), post=post,
+        )
 
     compiled = jax.jit(step)
 
@@ -241,20 +207,19 @@ def compile_gradients(
 
 
 def compile_forward(
-    forward: Callable[[list[Any]], Any],
-    *,
-    input_specs: Specs,
-    jit_compile: bool = False,
-) -> Callable[[list[np.ndarray]], Any]:
+    forward: neutral.ForwardOnly, *, input_specs: neutral.Specs, jit_compile: bool = False
+) -> neutral.ForwardFunction:
     """Compile a gradient-free forward function of a list of inputs with ``jax.jit``.
 
-    The Keras variables it reads become jit arguments (current values at each call).
+    The Keras variables it reads become jit arguments: each call reads their current values.
 
     Example:
         >>> import numpy as np
-        >>> fn = compile_forward(lambda xs: xs[0] * 2, input_specs=[((None, 1), "float32")])
+        >>> v = keras.Variable(np.ones(1, "float32"))
+        >>> fn = compile_forward(lambda xs: xs[0] * v, input_specs=[((None, 1), "float32")])
+        >>> _ = v.assign(np.array([3.0], "float32"))
         >>> fn([np.ones((2, 1), "float32")]).tolist()
-        [[2.0], [2.0]]
+        [[3.0], [3.0]]
     """
     info = _record(lambda flat, _t: forward(flat), _abstract(input_specs), 0)
     variables = info["variables"]
@@ -271,28 +236,13 @@ def compile_forward(
     return run
 
 
-def fuses_rules() -> bool:
-    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel: never here (under ``jax.jit`` XLA fuses the whole pass already).
-
-    Example:
-        >>> fuses_rules()
-        False
-    """
-    return False
-
-
 def custom_backward(
-    fn: Callable[..., Any],
-    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
-    name: str,
-    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
+    fn: Callable[..., Any], backward: neutral.Backward, name: str, fuse: neutral.Fuse = None
 ) -> Callable[..., Any]:
-    """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward``.
+    """``fn(*xs)`` (arrays in, one array out) with the backward pass ``backward`` (a ``jax.custom_vjp``).
 
-    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
-    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
-    and may be called several times. ``fuse`` (the TensorFlow backend's
-    one-kernel rules) is accepted and not needed: under ``jax.jit`` XLA
+    ``backward`` is described at :data:`kerascope._backend.neutral.Backward`. ``fuse`` (the TensorFlow
+    backend's one-kernel rules) is accepted and not needed: under ``jax.jit`` XLA
     already fuses the rule's element-wise work.
 
     Example:
@@ -314,9 +264,4 @@ def custom_backward(
         return tuple(backward(xs, y, dy, lambda d: list(vjp(d))))
 
     wrapped.defvjp(fwd, bwd)
-
-    def call(*xs: Any) -> Any:
-        return wrapped(*[jnp.asarray(x) for x in xs])
-
-    call.__name__ = name
-    return call
+    return neutral.named_call(wrapped, jnp.asarray, name)

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from kerascope._backend import tf_fused
+from kerascope._backend import neutral, tf_fused
 from kerascope._backend.errors import StatefulModelError
 from kerascope._backend.neutral import modified_relu, rescale_relu  # noqa: F401  (the backend interface)
 from kerascope._backend.tf_conv import conv_op  # noqa: F401  (re-exported: the backend interface)
 
 NAME = "tensorflow"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kerascope/, not importing it
-
-Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
 
 
 def _to_numpy(value: Any) -> Any:
@@ -313,28 +311,11 @@ def _direct(compiled: Any) -> Callable[..., Any]:
     return call
 
 
-def compile_gradients(
-    forward: Forward,
-    *,
-    input_specs: Sequence[tuple[tuple[int | None, ...], str]],
-    wrt_inputs: bool | Sequence[int],
-    layer_names: Sequence[str],
-    weights: Sequence[Any],
-    jit_compile: bool = False,
-    on_trace: Callable[[], None] | None = None,
-    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
-    """Compile ``forward`` with a gradient tape; the batch dimension is ``None``.
+def compile_gradients(forward: neutral.Forward, **request: Any) -> neutral.GradientFunction:
+    """Compile ``forward`` with a gradient tape (``request``: :class:`~kerascope._backend.neutral.GradientRequest`);
+    the batch dimension is ``None``.
 
-    ``forward(inputs, targets, transform)`` returns ``(scores, targets, acts)``;
-    ``transform`` is applied by probes to each probed layer output. The
-    gradient of ``sum(scores)`` is taken w.r.t. the inputs (all if ``wrt_inputs`` is
-    True, or the input positions it lists),
-    the probed activations and ``weights``. Because samples are independent,
-    the gradient of the sum gives each sample's own gradient.
-
-    ``post(out) -> out``, when given, is applied to the result dictionary inside the
-    compiled function (e.g. to reduce activations and gradients before they leave it).
+    Only what is differentiated is watched by the tape (not every variable the model reads).
 
     Example:
         >>> import numpy as np
@@ -346,12 +327,14 @@ def compile_gradients(
         >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
         [[2.0, 4.0]]
     """
+    r = neutral.GradientRequest(**request)
+    layer_names, on_trace, post = r.layer_names, r.on_trace, r.post
     signature = [
-        [tf.TensorSpec(shape=(None, *shape[1:]), dtype=dtype) for shape, dtype in input_specs],
+        [tf.TensorSpec(shape=(None, *shape[1:]), dtype=dtype) for shape, dtype in r.input_specs],
         tf.TensorSpec(shape=(None,), dtype=tf.int32),
     ]
-    weights = list(weights)
-    wrt = list(range(len(input_specs))) if wrt_inputs is True else [] if wrt_inputs is False else list(wrt_inputs)
+    weights = list(r.weights)
+    wrt = r.wrt
 
     def step(inputs: list[tf.Tensor], targets: tf.Tensor) -> dict[str, Any]:
         if on_trace is not None:
@@ -378,34 +361,15 @@ def compile_gradients(
         grads = tape.gradient(total, sources)
         for name, grad in zip(layer_names, grads["acts"]):
             if grad is None:
-                raise ValueError(
-                    f"The target score does not depend on the output of layer {name!r}: there "
-                    "is no differentiable path from this layer to the score. Received: "
-                    f"layer={name!r}. Pick a layer between the inputs and the output."
-                )
+                raise neutral.no_path_error(name)
         if wrt and any(g is None for g in grads["inputs"]):
-            raise ValueError(
-                "The target score is not differentiable w.r.t. the model inputs (integer "
-                "inputs such as token ids, or a non-differentiable op). For token inputs, "
-                "attribute at the embedding layer with `layer=`."
-            )
-        out = {
-            "scores": tf.cast(scores, tf.float32),
-            "targets": resolved,
-            "acts": [tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), a) for a in acts],
-            "layer_grads": [tf.cast(g, tf.float32) for g in grads["acts"]],
-            "weight_grads": [
-                tf.zeros_like(w, dtype=tf.float32) if g is None else tf.cast(_dense(g), tf.float32)
-                for w, g in zip(weights, grads["weights"])
-            ],
-        }
-        if wrt:
-            out["input_grads"] = [tf.cast(g, tf.float32) for g in grads["inputs"]]
-        if post is not None:
-            out = post(out)
-        return out
+            raise neutral.not_differentiable_error()
+        return neutral.gradient_result(
+            scores, resolved, acts, grads["acts"], grads["weights"], weights, grads["inputs"] if wrt else None,
+            cast=lambda t: tf.cast(_dense(t), tf.float32), post=post,
+        )
 
-    compiled = _direct(_function(step, signature, jit_compile))
+    compiled = _direct(_function(step, signature, r.jit_compile))
 
     def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
         result = compiled(
@@ -418,12 +382,9 @@ def compile_gradients(
 
 
 def compile_forward(
-    forward: Callable[[list[Any]], Any],
-    *,
-    input_specs: Sequence[tuple[tuple[int | None, ...], str]],
-    jit_compile: bool = False,
-) -> Callable[[list[np.ndarray]], Any]:
-    """Compile a gradient-free forward function of a list of inputs.
+    forward: neutral.ForwardOnly, *, input_specs: neutral.Specs, jit_compile: bool = False
+) -> neutral.ForwardFunction:
+    """Compile a gradient-free forward function of a list of inputs (a ``tf.function``, XLA with ``jit_compile``).
 
     Example:
         >>> import numpy as np
@@ -490,17 +451,12 @@ def fuses_rules() -> bool:
 
 
 def custom_backward(
-    fn: Callable[..., Any],
-    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
-    name: str,
-    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
+    fn: Callable[..., Any], backward: neutral.Backward, name: str, fuse: neutral.Fuse = None
 ) -> Callable[..., Any]:
-    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
+    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward`` (a ``tf.custom_gradient``).
 
-    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
-    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input)
-    and may be called several times. Written once in ``keras.ops`` by the
-    callers (e.g. the DeepLIFT rules), so every backend computes the same.
+    ``backward`` (described at :data:`kerascope._backend.neutral.Backward`) is written once in
+    ``keras.ops`` by the callers (e.g. the DeepLIFT rules), so every backend computes the same.
     ``fuse``: ``(key, f, exact)``, ``f`` the same function as ``fn`` but
     holding nothing of the model, ``key`` determining ``f`` and ``backward``:
     the backward pass then runs as one XLA-compiled kernel, shared by every
@@ -538,8 +494,4 @@ def custom_backward(
 
         return y, grad
 
-    def call(*xs: Any) -> Any:
-        return wrapped(*[tf.convert_to_tensor(x) for x in xs])
-
-    call.__name__ = name
-    return call
+    return neutral.named_call(wrapped, tf.convert_to_tensor, name)

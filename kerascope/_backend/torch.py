@@ -12,23 +12,17 @@ scoped layer patches (see ``docs/backends.md``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import torch
 
-from kerascope._backend.neutral import (  # noqa: F401  (the ReLU rules are the backend interface)
-    differentiable_positions,
-    modified_relu,
-    rescale_relu,
-)
+from kerascope._backend import neutral
+from kerascope._backend.neutral import fuses_rules, modified_relu, rescale_relu  # noqa: F401  (the backend interface)
 
 NAME = "torch"
-
-Forward = Callable[[list[Any], Any, Callable[[int, Any, Any], Any]], tuple[Any, Any, list[Any]]]
-Specs = Sequence[tuple[tuple[int | None, ...], str]]
 
 
 def _to_numpy(value: Any) -> Any:
@@ -44,8 +38,8 @@ def _tensor(x: np.ndarray) -> torch.Tensor:
     return keras.ops.convert_to_tensor(x)
 
 
-def _f32(t: Any) -> Any:
-    return keras.tree.map_structure(lambda v: v.detach().to(torch.float32), t)
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float32)
 
 
 @contextlib.contextmanager
@@ -61,39 +55,27 @@ def _requiring_grad(tensors: Sequence[torch.Tensor]) -> Iterator[None]:
             t.requires_grad_(False)
 
 
-def compile_gradients(
-    forward: Forward,
-    *,
-    input_specs: Specs,
-    wrt_inputs: bool | Sequence[int],
-    layer_names: Sequence[str],
-    weights: Sequence[Any],
-    jit_compile: bool = False,
-    on_trace: Callable[[], None] | None = None,
-    post: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> Callable[[list[np.ndarray], np.ndarray], dict[str, Any]]:
-    """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``.
+def compile_gradients(forward: neutral.Forward, **request: Any) -> neutral.GradientFunction:
+    """Return a function running ``forward`` under autograd and differentiating ``sum(scores)``
+    (``request``: :class:`~kerascope._backend.neutral.GradientRequest`).
 
-    Gradients are taken w.r.t. the inputs (all if ``wrt_inputs`` is True, or the
-    positions it lists), the last
-    output of each probed layer, and ``weights`` (torch tensors). Nothing is
-    traced, so ``on_trace`` is called once, on the first call; ``jit_compile``
-    is ignored.
+    The gradients w.r.t. the last output of each probed layer are kept by ``transform``, and
+    ``weights`` are torch tensors. Nothing is traced, so ``on_trace`` is called once, on the
+    first call; ``jit_compile`` is ignored.
 
-    ``post(out) -> out``, when given, is applied to the result dictionary inside the
-    compiled function (e.g. to reduce activations and gradients before they leave it).
-
-    Example:
+    Example (the gradient w.r.t. a weight: the sum of the inputs over the batch):
         >>> import numpy as np
+        >>> w = keras.Variable(np.array([1.0, 2.0], "float32"))
         >>> def forward(inputs, targets, transform):
-        ...     return (inputs[0] ** 2).sum(dim=1), targets, []
-        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")],
-        ...                        wrt_inputs=True, layer_names=[], weights=[])
-        >>> fn([np.array([[1.0, 2.0]], "float32")], np.array([0]))["input_grads"][0].tolist()
-        [[2.0, 4.0]]
+        ...     return keras.ops.sum(inputs[0] * w, axis=1), targets, []
+        >>> fn = compile_gradients(forward, input_specs=[((None, 2), "float32")], wrt_inputs=False,
+        ...                        layer_names=[], weights=[w.value])
+        >>> fn([np.array([[1.0, 2.0], [3.0, 4.0]], "float32")], np.array([0, 0]))["weight_grads"][0].tolist()
+        [4.0, 6.0]
     """
-    wrt = differentiable_positions(input_specs, wrt_inputs)
-    weights = [w for w in weights]
+    r = neutral.GradientRequest(**request)
+    wrt, layer_names, on_trace, post = r.wrt, r.layer_names, r.on_trace, r.post
+    weights = list(r.weights)
     traced = [False]
 
     def run(inputs: list[np.ndarray], targets: np.ndarray) -> dict[str, Any]:
@@ -125,51 +107,30 @@ def compile_gradients(
         for name, act, leaves in zip(layer_names, acts, flat_acts):
             got, rest = rest[: len(leaves)], rest[len(leaves):]
             if all(g is None for g in got):
-                raise ValueError(
-                    f"The target score does not depend on the output of layer {name!r}: there "
-                    "is no differentiable path from this layer to the score. Received: "
-                    f"layer={name!r}. Pick a layer between the inputs and the output."
-                )
+                raise neutral.no_path_error(name)
             got = [torch.zeros_like(t) if g is None else g for g, t in zip(got, leaves)]
             layer_grads.append(keras.tree.pack_sequence_as(act, got))
         if any(g is None for g in input_grads):
-            raise ValueError(
-                "The target score is not differentiable w.r.t. the model inputs (integer "
-                "inputs such as token ids, or a non-differentiable op). For token inputs, "
-                "attribute at the embedding layer with `layer=`."
-            )
-        out = {
-            "scores": scores.detach().to(torch.float32),
-            "targets": resolved.detach() if isinstance(resolved, torch.Tensor) else resolved,
-            "acts": [_f32(a) for a in acts],
-            "layer_grads": [_f32(g) for g in layer_grads],
-            "weight_grads": [
-                torch.zeros(tuple(w.shape), dtype=torch.float32) if g is None else _f32(g)
-                for w, g in zip(weights, rest)
-            ],
-        }
-        if wrt:
-            out["input_grads"] = [_f32(g) for g in input_grads]
-        if post is not None:
-            out = post(out)
-        return _to_numpy(out)
+            raise neutral.not_differentiable_error()
+        return _to_numpy(neutral.gradient_result(
+            scores, resolved.detach() if isinstance(resolved, torch.Tensor) else resolved, acts, layer_grads,
+            rest, weights, input_grads if wrt else None, cast=_f32, post=post,
+        ))
 
     return run
 
 
 def compile_forward(
-    forward: Callable[[list[Any]], Any],
-    *,
-    input_specs: Specs,
-    jit_compile: bool = False,
-) -> Callable[[list[np.ndarray]], Any]:
-    """Return a gradient-free forward function (``torch.no_grad``) of a list of inputs.
+    forward: neutral.ForwardOnly, *, input_specs: neutral.Specs, jit_compile: bool = False
+) -> neutral.ForwardFunction:
+    """Return a gradient-free forward function (``torch.no_grad``) of a list of inputs; outputs as numpy.
 
-    Example:
+    Example (two inputs; the output comes back as numpy):
         >>> import numpy as np
-        >>> fn = compile_forward(lambda xs: xs[0] * 2, input_specs=[((None, 1), "float32")])
-        >>> fn([np.ones((2, 1), "float32")]).tolist()
-        [[2.0], [2.0]]
+        >>> fn = compile_forward(lambda xs: xs[0] - xs[1], input_specs=[((None, 1), "float32")] * 2)
+        >>> out = fn([np.ones((1, 1), "float32"), np.full((1, 1), 3.0, "float32")])
+        >>> type(out).__name__, out.tolist()
+        ('ndarray', [[-2.0]])
     """
 
     def run(inputs: list[np.ndarray]) -> Any:
@@ -179,29 +140,14 @@ def compile_forward(
     return run
 
 
-def fuses_rules() -> bool:
-    """Whether ``custom_backward(fuse=...)`` compiles rules into one kernel: never here (PyTorch runs op by op).
-
-    Example:
-        >>> fuses_rules()
-        False
-    """
-    return False
-
-
 def custom_backward(
-    fn: Callable[..., Any],
-    backward: Callable[[list[Any], Any, Any, Callable], list[Any]],
-    name: str,
-    fuse: tuple[Hashable, Callable[..., Any], bool] | None = None,
+    fn: Callable[..., Any], backward: neutral.Backward, name: str, fuse: neutral.Fuse = None
 ) -> Callable[..., Any]:
-    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward``.
+    """``fn(*xs)`` (tensors in, one tensor out) with the backward pass ``backward`` (a ``torch.autograd.Function``).
 
-    ``backward(xs, y, dy, vjp)`` returns one gradient per input; ``vjp(d)``
-    is ``fn``'s own vector-Jacobian product at ``xs`` (a list, one per input;
-    recomputed from ``xs``) and may be called several times. ``fuse`` (the
-    TensorFlow backend's one-kernel rules) is accepted and ignored: PyTorch
-    runs eagerly, op by op.
+    ``backward`` is described at :data:`kerascope._backend.neutral.Backward`; here its ``vjp`` is
+    recomputed from ``xs``. ``fuse`` (the TensorFlow backend's one-kernel rules) is accepted and
+    ignored: PyTorch runs eagerly, op by op.
 
     Example:
         >>> twice = custom_backward(lambda x: x * 3.0, lambda xs, y, dy, vjp: [2.0 * vjp(dy)[0]], "twice")
@@ -234,9 +180,4 @@ def custom_backward(
                 return tuple(backward(list(xs), y, dy, vjp_of(xs)))
 
     Rule.__name__ = name
-
-    def call(*xs: Any) -> Any:
-        return Rule.apply(*[_tensor(x) for x in xs])
-
-    call.__name__ = name
-    return call
+    return neutral.named_call(Rule.apply, _tensor, name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from kerascope.batch.shards import build_table, file_sha256, shard_range, write_shard
 
 
+@dataclass(eq=False, repr=False)
 class Collector:
     """Buffers result rows per shard; writes a shard (atomically) when all its rows are in.
 
@@ -26,39 +28,35 @@ class Collector:
         ([0], 2)
     """
 
-    def __init__(
-        self,
-        out_dir: str,
-        pending: Iterable[int],
-        shard_size: int,
-        total: int,
-        ids: list[str],
-        map_shape: tuple[int, ...],
-        map_dtype: str,
-        on_shard: Callable[[int], Any] | None = None,
-        bar: Any = None,
-        on_written: Callable[[int, str], Any] | None = None,
-    ) -> None:
-        self.out_dir = out_dir
-        self.shard_size = shard_size
-        self.total = total
-        self.ids = ids
-        self.map_shape = map_shape
-        self.map_dtype = map_dtype
-        self.on_shard = on_shard
-        self.on_written = on_written  # (shard, sha256) right after the write: the manifest records it
-        self.bar = bar
-        self.expected = {s: len(shard_range(s, shard_size, total)) for s in pending}
-        self.buffers: dict[int, list[dict[str, np.ndarray]]] = {s: [] for s in self.expected}
+    out_dir: str
+    pending: InitVar[Iterable[int]]
+    shard_size: int
+    total: int
+    ids: list[str]
+    map_shape: tuple[int, ...]
+    map_dtype: str
+    on_shard: Callable[[int], Any] | None = None
+    bar: Any = None
+    on_written: Callable[[int, str], Any] | None = None  # (shard, sha256) right after the write: the manifest records it
+    # what came back so far
+    expected: dict[int, int] = field(init=False)  # rows per pending shard
+    buffers: dict[int, list[dict[str, np.ndarray]]] = field(init=False)
+    counts: dict[int, int] = field(init=False)
+    seen: np.ndarray = field(init=False)
+    written: list[int] = field(default_factory=list, init=False)
+    processed: int = field(default=0, init=False)
+    failed: int = field(default=0, init=False)
+    duplicates: int = field(default=0, init=False)
+    # perf_counter of the first rows, and how many came with them
+    first_time: float | None = field(default=None, init=False)
+    first_rows: int = field(default=0, init=False)
+    last_time: float | None = field(default=None, init=False)
+
+    def __post_init__(self, pending: Iterable[int]) -> None:
+        self.expected = {s: len(shard_range(s, self.shard_size, self.total)) for s in pending}
+        self.buffers = {s: [] for s in self.expected}
         self.counts = dict.fromkeys(self.expected, 0)
-        self.seen = np.zeros(total, bool)
-        self.written: list[int] = []
-        self.processed = 0
-        self.failed = 0
-        self.duplicates = 0
-        self.first_time: float | None = None  # perf_counter of the first rows, and how many came with them
-        self.first_rows = 0
-        self.last_time: float | None = None
+        self.seen = np.zeros(self.total, bool)
 
     def add(self, columns: dict[str, np.ndarray]) -> None:
         """Take a batch of result columns (any order, any shards).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_method_flag, add_output_flags, emit, examples
+from kerascope.cli.common import add_method_flag, emit, examples, finish_parser
 
 DEMO_METHODS = ("gradcam", "guided_gradcam", "saliency", "gradient_x_input", "guided_backprop")
 
@@ -24,8 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run's files in OUT")
     add_method_flag(p, ", ".join(DEMO_METHODS))
-    add_output_flags(p)
-    p.set_defaults(run=run)
+    finish_parser(p, run, images=False)
 
 
 def run(args: argparse.Namespace) -> int:

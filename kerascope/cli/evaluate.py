@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kerascope.cli.common import add_method_flag, add_output_flags, emit, examples, stderr
+from kerascope.cli.common import add_method_flag, emit, examples, finish_parser, stderr
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -62,8 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="confidence interval over the images: Student's t or a seeded percentile bootstrap")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals (default: 0.95)")
     p.add_argument("--unsafe", action="store_true", help="allow model files that run code (trusted files only)")
-    add_output_flags(p)
-    p.set_defaults(run=run)
+    finish_parser(p, run, images=False)
 
 
 def _load_data(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

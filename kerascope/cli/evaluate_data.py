@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_image_flags, add_output_flags, emit, examples, load_class_names, stderr
+from kerascope.cli.common import emit, examples, finish_parser, load_class_names, stderr
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,9 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--channels", type=int, choices=[1, 3], help="image channels (default: the model's, else 3)")
     p.add_argument("--threshold", type=int, default=127, help="mask grey level above which a pixel is the object")
     p.add_argument("--unsafe", action="store_true", help="allow model files that run code (trusted files only)")
-    add_image_flags(p)
-    add_output_flags(p)
-    p.set_defaults(run=run)
+    finish_parser(p, run)
 
 
 def run(args: argparse.Namespace) -> int:

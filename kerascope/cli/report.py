@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_output_flags, emit, examples, load_class_names
+from kerascope.cli.common import emit, examples, finish_parser, load_class_names
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,17 +31,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embed", action="store_true", help="inline the pictures: index.html works as a single file")
     p.add_argument("--shared-scale", action="store_true",
                    help="redraw with one colour scale for every panel of a method (default: each image its own)")
-    add_output_flags(p)
-    p.set_defaults(run=run)
+    finish_parser(p, run, images=False)
 
 
 def run(args: argparse.Namespace) -> int:
     """Rebuild the report; exit code 1 when some saved files could not be used (listed on the page).
 
-    Example:
+    Example (a folder with nothing saved in it: exit code 2, and the reason on stderr):
+        >>> import tempfile
         >>> from kerascope.cli import main
-        >>> main(["report", "kerascope-out", "--quiet"])  # doctest: +SKIP
-        0
+        >>> main(["report", tempfile.mkdtemp(), "--quiet"])
+        2
     """
     import time
 

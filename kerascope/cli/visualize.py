@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kerascope.cli.common import add_model_flags, add_output_flags, emit, examples
+from kerascope.cli.common import add_model_flags, emit, examples, finish_parser
 
 
 def parse_channels(text: str) -> list[int]:
@@ -55,8 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="images optimised together (default 16)")
     p.add_argument("--report", metavar="RESULTS_DIR",
                    help="also show the grid in the HTML report of RESULTS_DIR (written by `kerascope explain`)")
-    add_output_flags(p)
-    p.set_defaults(run=run)
+    finish_parser(p, run, images=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -130,7 +130,7 @@ def _float16_layers(model: keras.Layer) -> str:
 
 
 #: Why methods whose rules divide by stabilised denominators (DeepLIFT, LRP) run in bfloat16 but not float16;
-#: such a method sets ``reduced_precisions = ("bfloat16",)`` and ``precision_note = STABILISED_DIVISIONS``.
+#: such a method subclasses :class:`StabilisedDivisionMethod`.
 STABILISED_DIVISIONS = ("Its stabilised divisions underflow in float16 (smallest normal 6.1e-5, no loss scaling) "
                         "and give NaN; bfloat16 has float32's range.")
 
@@ -388,6 +388,18 @@ def subset_structure(inputs: Inputs, positions: list[int], results: list[Any]) -
     if inputs.kind == "dict":
         return {inputs.keys[i]: r for i, r in zip(positions, results, strict=True)}
     return list(results)
+
+
+class StabilisedDivisionMethod(Method):
+    """Base of the methods whose rules divide by stabilised denominators (DeepLIFT, LRP): bfloat16, not float16.
+
+    Example:
+        >>> StabilisedDivisionMethod.reduced_precisions, StabilisedDivisionMethod.precision_note[:30]
+        (('bfloat16',), 'Its stabilised divisions under')
+    """
+
+    reduced_precisions = ("bfloat16",)
+    precision_note = STABILISED_DIVISIONS
 
 
 class FunctionMethod(Method):

@@ -143,12 +143,13 @@ class ScoreCAM(PerturbationCAM):
     backward pass on the clean inputs, then ``N x C`` forward passes in
     batches of ``batch_size``.
 
-    Example:
+    Example (the channel weights, kept in the extras, are a softmax over the channels):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.ScoreCAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
-        (1, 8, 8)
+        >>> e = ks.ScoreCAM(m, layer="c").explain(np.random.rand(2, 8, 8, 1), [0, 1])
+        >>> e.attributions.shape, np.round(e.extras["channel_weights"].sum(axis=1), 4).tolist()
+        ((2, 8, 8), [1.0, 1.0])
     """
 
     name = "scorecam"
@@ -158,12 +159,7 @@ class ScoreCAM(PerturbationCAM):
     def variant_weights(
         self, inputs: Inputs, targets: Any, result: Any, layer: keras.Layer, activations: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Softmax over channels of the masked inputs' scores, and the scores.
-
-        Example:
-            >>> ScoreCAM.variant_weights.__name__
-            'variant_weights'
-        """
+        """Softmax over channels of the masked inputs' scores, and the scores (the class example shows them)."""
         channels = activations.shape[-1]
         layout = result.layout
         index = layout.input_index
@@ -205,12 +201,14 @@ class AblationCAM(PerturbationCAM):
     Cost: one forward and one backward pass on the clean inputs, then
     ``N x (C + 1)`` forward passes in batches of ``batch_size``.
 
-    Example:
+    Example (the weights are the relative drops of the score ``y`` to the ablated scores ``y_c``):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.AblationCAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
-        (1, 8, 8)
+        >>> e = ks.AblationCAM(m, layer="c").explain(np.random.default_rng(0).random((1, 8, 8, 1)), 0)
+        >>> y, y_c = e.scores[:, None], e.extras["variant_scores"]
+        >>> e.attributions.shape, bool(np.allclose(e.extras["channel_weights"], (y - y_c) / y, rtol=1e-4))
+        ((1, 8, 8), True)
     """
 
     name = "ablationcam"
@@ -220,12 +218,7 @@ class AblationCAM(PerturbationCAM):
     def variant_weights(
         self, inputs: Inputs, targets: Any, result: Any, layer: keras.Layer, activations: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(y - y_c) / y`` per channel, and the ablated scores ``y_c``.
-
-        Example:
-            >>> AblationCAM.variant_weights.__name__
-            'variant_weights'
-        """
+        """``(y - y_c) / y`` per channel, and the ablated scores ``y_c`` (the class example shows them)."""
         channels = activations.shape[-1]
 
         def ablated(sample: np.ndarray, variant: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

@@ -33,12 +33,14 @@ class GradCAMPlusPlus(CAM):
     constant positive factor ``exp(S)`` is dropped from the weights, and
     ``eps = 1e-6``. One forward and one backward pass.
 
-    Example:
+    Example (two images, a target each; the maps at the layer's 6 x 6 resolution, non-negative):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.GradCAMPlusPlus(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
-        (1, 8, 8)
+        >>> cam = ks.GradCAMPlusPlus(m, layer="c", upsample=False)
+        >>> maps = cam.explain(np.random.default_rng(0).random((2, 8, 8, 1)), [0, 1]).attributions
+        >>> maps.shape, bool((maps >= 0).all())
+        ((2, 6, 6), True)
     """
 
     name = "gradcam_plusplus"
@@ -71,12 +73,13 @@ class XGradCAM(CAM):
     pytorch-grad-cam), map ``ReLU(sum_c w_c A_c)``. One forward and one
     backward pass.
 
-    Example:
+    Example (on ReLU activations, which the weights' derivation assumes non-negative):
         >>> import keras, numpy as np, kerascope as ks
-        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, activation="relu", name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.XGradCAM(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
-        (1, 8, 8)
+        >>> e = ks.XGradCAM(m, layer="c").explain(np.random.default_rng(0).random((2, 8, 8, 1)), [0, 1])
+        >>> e.attributions.shape, bool((e.attributions >= 0).all())
+        ((2, 8, 8), True)
     """
 
     name = "xgradcam"
@@ -102,13 +105,15 @@ class LayerCAM(CAM):
     """LayerCAM (Jiang et al., 2021): activations weighted element-wise by positive gradients.
 
     Map ``ReLU(sum_c ReLU(g_c) * A_c)`` (per position, no spatial pooling),
-    as pytorch-grad-cam's ``LayerCAM``. One forward and one backward pass.
+    as pytorch-grad-cam's ``LayerCAM``: :class:`HiResCAM` on the positive
+    gradients. One forward and one backward pass. Made for shallow layers too,
+    whose maps keep their fine resolution with ``upsample=False``.
 
-    Example:
+    Example (an early layer's map, at that layer's resolution):
         >>> import keras, numpy as np, kerascope as ks
-        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
-        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.LayerCAM(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
+        >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, padding="same", name="early"),
+        ...                       keras.layers.Conv2D(2, 3, name="late"), keras.layers.Flatten(), keras.layers.Dense(2)])
+        >>> ks.LayerCAM(m, layer="early", upsample=False).explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
         (1, 8, 8)
     """
 
@@ -117,14 +122,14 @@ class LayerCAM(CAM):
     aliases = ("layer_cam",)
 
     def combine(self, activations: Any, gradients: Any) -> Any:
-        """``sum_c ReLU(g) * A``, ``(N, *spatial)``.
+        """``sum_c ReLU(g) * A``, ``(N, *spatial)``: HiResCAM's map of the positive gradients.
 
         Example:
             >>> import numpy as np
             >>> np.asarray(LayerCAM.combine(LayerCAM, np.ones((1, 1, 1, 2)), np.array([[[[2.0, -1.0]]]]))).tolist()
             [[[2.0]]]
         """
-        return ops.sum(ops.relu(gradients) * activations, axis=-1)
+        return HiResCAM.combine(self, activations, ops.relu(gradients))
 
 
 @register
@@ -135,12 +140,14 @@ class HiResCAM(CAM):
     pooling and a dense layer it equals Grad-CAM. Same as pytorch-grad-cam's
     ``HiResCAM``. One forward and one backward pass.
 
-    Example:
+    Example (after global average pooling and a dense layer, the Grad-CAM map):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
-        ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.HiResCAM(m, layer="c").explain(np.ones((1, 8, 8, 1)), 0).attributions.shape
-        (1, 8, 8)
+        ...                       keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+        >>> x = np.random.default_rng(0).random((1, 8, 8, 1))
+        >>> hires = ks.HiResCAM(m, layer="c").explain(x, 0).attributions
+        >>> bool(np.allclose(hires, ks.GradCAM(m, layer="c").explain(x, 0).attributions, atol=1e-5))
+        True
     """
 
     name = "hirescam"
@@ -205,12 +212,13 @@ class EigenCAM(CAM):
     used; the engine's pass still provides activations, targets and scores
     (one forward and one backward pass).
 
-    Example:
+    Example (class-agnostic: every target gets the same map):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.EigenCAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
-        (1, 8, 8)
+        >>> x, cam = np.random.default_rng(0).random((1, 8, 8, 1)), ks.EigenCAM(m, layer="c")
+        >>> bool(np.array_equal(cam.explain(x, 0).attributions, cam.explain(x, 1).attributions))
+        True
     """
 
     name = "eigencam"

@@ -24,8 +24,7 @@ from kerascope.core.rows import REFERENCE, rows_of, sample_of
 from kerascope.methods._folding import chunk_ranges, forward_scores, reduce_rows
 from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import (
-    STABILISED_DIVISIONS,
-    Method,
+    StabilisedDivisionMethod,
     UnsupportedModelError,
     check_positive_int,
     check_seed,
@@ -309,7 +308,7 @@ def _sums(attributions: list[np.ndarray]) -> np.ndarray:
 
 
 @register
-class DeepLIFT(Method):
+class DeepLIFT(StabilisedDivisionMethod):
     """DeepLIFT with the rescale rule (Shrikumar et al., 2017), as Captum's ``DeepLift``.
 
     Inputs and baselines run in one batch (first half, second half); every
@@ -382,8 +381,6 @@ class DeepLIFT(Method):
     name = "deeplift"
     description = "DeepLIFT rescale rule (Shrikumar et al. 2017); attributions sum to f(x) - f(baseline)."
     aliases = ("deep_lift",)
-    reduced_precisions = ("bfloat16",)
-    precision_note = STABILISED_DIVISIONS
 
     def __init__(
         self, model: keras.Layer, *, baseline: Any = None, input_index: Any = None,
@@ -496,13 +493,14 @@ class DeepLiftShap(DeepLIFT):
     ``2 N`` rows per background row when the other inputs of a multi-input
     model differ between samples.
 
-    Example:
+    Example (through a tanh layer, the attributions sum to ``f(x) - mean_b f(b)``):
         >>> import keras, numpy as np, kerascope as ks
-        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
-        >>> m.layers[0].set_weights([np.array([[2.0], [-3.0]])])
-        >>> bg = np.array([[0.0, 0.0], [2.0, 2.0]])
-        >>> ks.DeepLiftShap(m, baseline=bg).explain(np.array([[2.0, 2.0]]), 0).attributions.tolist()
-        [[2.0, -3.0]]
+        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(2)])
+        >>> x, background = np.ones((1, 3)), np.random.default_rng(0).normal(size=(4, 3))
+        >>> e = ks.DeepLiftShap(m, baseline=background).explain(x, 1)
+        >>> gap = m.predict(x, verbose=0)[:, 1] - m.predict(background, verbose=0)[:, 1].mean()
+        >>> e.attributions.shape, bool(np.allclose(e.attributions.sum(axis=1), gap, atol=1e-4))
+        ((1, 3), True)
     """
 
     name = "deeplift_shap"

@@ -19,8 +19,7 @@ from kerascope.core.inputs import Inputs
 from kerascope.core.layers import iter_layers
 from kerascope.methods._input_choice import gradient_inputs
 from kerascope.methods.base import (
-    STABILISED_DIVISIONS,
-    Method,
+    StabilisedDivisionMethod,
     UnsupportedModelError,
     check_number,
     problem_path,
@@ -82,7 +81,7 @@ def check_lrp_support(model: keras.Layer, bypassed: list[str], feeds: Callable[[
 
 
 @register
-class LRP(Method):
+class LRP(StabilisedDivisionMethod):
     """Layer-wise Relevance Propagation with per-layer rules (zennit's rules and composites, on Keras 3).
 
     Relevance starts at the target output (``init="logit"``: the target logit
@@ -136,8 +135,6 @@ class LRP(Method):
     name = "lrp"
     description = "Layer-wise Relevance Propagation with zennit's rules and composites (Bach et al. 2015)."
     aliases = ("layerwise_relevance_propagation",)
-    reduced_precisions = ("bfloat16",)
-    precision_note = STABILISED_DIVISIONS
 
     def __init__(
         self,

@@ -69,6 +69,11 @@ def _resize(map2d: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return upsample(np.asarray(map2d, np.float32)[None], shape)[0]
 
 
+def _blend(base: np.ndarray, colours: np.ndarray, opacity: Any) -> np.ndarray:
+    """``colours`` laid over ``base`` (values in [0, 1]) with ``opacity`` (a number or per pixel), as RGB uint8."""
+    return np.round(np.clip((1 - opacity) * base + opacity * colours, 0, 1) * 255).astype(np.uint8)
+
+
 def check_overlay_options(cmap: str | None, alpha: float) -> None:
     """Raise ``ValueError`` for an unknown matplotlib colormap or an opacity outside [0, 1] (checked before any work).
 
@@ -109,8 +114,7 @@ def overlay(
     h = heatmap(attribution, reduce=reduce)
     h = _resize(h, base.shape[:2])
     colours = matplotlib.colormaps[cmap](h)[..., :3]
-    blended = (1 - alpha) * base + alpha * colours
-    return np.round(np.clip(blended, 0, 1) * 255).astype(np.uint8)
+    return _blend(base, colours, alpha)
 
 
 def save_overlay(
@@ -131,28 +135,31 @@ def save_overlay(
         >>> p.suffix
         '.png'
     """
-    from PIL import Image
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    picture = Image.fromarray(overlay(image, attribution, cmap=cmap, alpha=alpha, reduce=reduce))
-    if scale > 1:
-        picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
-    save_png(picture, path)
-    return path
+    return save_png(overlay(image, attribution, cmap=cmap, alpha=alpha, reduce=reduce), path, scale=scale)
 
 
-def save_png(picture: Any, path: str | Path) -> Path:
-    """Save a Pillow image as PNG through a temporary file renamed into place: a failed write (a full
-    disk) leaves no partial or empty file at ``path``.
+def save_png(picture: Any, path: str | Path, *, scale: int = 1) -> Path:
+    """Save a Pillow image or a uint8 array as PNG (enlarged ``scale`` times, nearest neighbour), creating
+    the folder; through a temporary file renamed into place: a failed write (a full disk) leaves no partial
+    or empty file at ``path``.
 
     Example:
         >>> import numpy as np, tempfile, os
         >>> from PIL import Image
         >>> save_png(Image.fromarray(np.zeros((2, 2), np.uint8)), os.path.join(tempfile.mkdtemp(), "a.png")).name
         'a.png'
+        >>> Image.open(save_png(np.zeros((2, 3, 3), np.uint8), os.path.join(tempfile.mkdtemp(), "new", "b.png"),
+        ...                     scale=2)).size
+        (6, 4)
     """
+    from PIL import Image
+
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(picture, np.ndarray):
+        picture = Image.fromarray(picture)
+    if scale > 1:
+        picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         picture.save(tmp, format="PNG")
@@ -192,8 +199,7 @@ def scaled_overlay(image: np.ndarray, attribution: np.ndarray, scale: ColourScal
         opacity = signed_opacity(position, alpha)[..., None]
     else:
         opacity = alpha
-    blended = (1 - opacity) * grey[..., None] + opacity * colours
-    return np.round(np.clip(blended, 0, 1) * 255).astype(np.uint8)
+    return _blend(grey[..., None], colours, opacity)
 
 
 def save_scaled_overlay(
@@ -223,10 +229,6 @@ def save_scaled_overlay(
         >>> s.cmap, s.low == -s.high, s.quantity
         ('RdBu_r', True, 'd score / d pixel')
     """
-    from PIL import Image
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     scale = colour_scale(attribution, method, params, cmap=cmap, limit=limit, alpha=alpha, kind=kind)
-    save_png(Image.fromarray(scaled_overlay(image, attribution, scale, alpha=alpha)), path)
+    save_png(scaled_overlay(image, attribution, scale, alpha=alpha), path)
     return scale

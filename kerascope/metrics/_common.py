@@ -188,11 +188,18 @@ class Scorer:
             [0.0, 2.0, 4.0]
         """
         scores = np.empty((n_total,), np.float32)
+        score, dtype = None, None
         with single_threaded_blas():  # numpy between passes must not leave BLAS threads spinning
             for start, stop in chunk_bounds(n_total, self.batch_size):
                 flat = np.arange(start, stop)
-                out = self.outputs(make(flat))
-                scores[start:stop] = out[np.arange(len(flat)), classes(flat)]
+                if score is None:  # inputs checked once, on the first chunk: the others have its shape and dtype
+                    prepared = self.engine.check_inputs(make(flat))
+                    with self.engine.check_on_error(prepared):
+                        score = self.engine.scorer(prepared)  # the target pick runs inside the compiled forward
+                        scores[start:stop] = score(prepared.arrays, classes(flat))[0]
+                    dtype = prepared.arrays[0].dtype
+                    continue
+                scores[start:stop] = score([np.asarray(make(flat), dtype)], classes(flat))[0]
         return scores
 
 

@@ -101,9 +101,10 @@ class Features:
 
     def images(self, rows: np.ndarray, removed: np.ndarray, fill: np.ndarray | None = None) -> np.ndarray:
         """Images of samples ``rows`` with the ``removed`` features replaced (baseline or ``fill[rows]``)."""
+        out = self.x[rows]  # a fresh float32 copy, filled in place
         source = self.base[rows][:, None, None] if fill is None else fill
-        out = np.where(removed[..., None], source, self.x[rows])
-        return out.reshape(len(rows), *self.shape[1:]).astype(np.float32)
+        np.copyto(out, np.broadcast_to(source, out.shape), where=removed[..., None], casting="same_kind")
+        return out.reshape(len(rows), *self.shape[1:])
 
     def score(self, total: int, make: Callable[[np.ndarray], np.ndarray], per_sample: int) -> np.ndarray:
         """Target scores of ``total`` generated images (``make(flat)``), ``per_sample`` consecutive per sample."""

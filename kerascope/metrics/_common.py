@@ -70,8 +70,20 @@ def unpack(attributions: Any, targets: Any) -> tuple[Any, Any]:
     return attributions, targets
 
 
+def raw_attributions(attributions: Any) -> Any:
+    """The attributions of an :class:`Explanation`; anything else as it is.
+
+    Example:
+        >>> import numpy as np
+        >>> raw_attributions(Explanation(np.ones((1, 2, 2)), "x", {}, np.array([3]), np.array([1.0]))).shape
+        (1, 2, 2)
+    """
+    return unpack(attributions, None)[0]
+
+
 def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str = "abs_sum") -> np.ndarray:
-    """Turn raw attributions into ``(N, H, W)`` float32 maps (channels reduced, resized to ``size``).
+    """Turn attributions (an array or an :class:`Explanation`) into ``(N, H, W)`` float32 maps (channels
+    reduced, resized to ``size``).
 
     ``(N, H, W, C)`` attributions are reduced over channels with ``reduce``
     (``"abs_sum"``, ``"sum"``, ``"max_abs"``, ``"positive"``); ``(N, h, w)``
@@ -84,7 +96,7 @@ def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str 
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"Unknown channel reduction. Received: reduce={reduce!r}. Expected one of {REDUCTIONS}.")
-    a = np.asarray(attributions, np.float32)
+    a = np.asarray(raw_attributions(attributions), np.float32)
     if a.ndim == 4:
         a = reduce_channels(a, reduce)
     if a.ndim != 3:

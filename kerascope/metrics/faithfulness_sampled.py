@@ -55,8 +55,8 @@ def _subset_drops(f: Features, sizes: np.ndarray | None, seed: int, subsets: Any
         sums[flat] = (f.a[i] * removed).sum(1)
         return f.images(i, removed)
 
-    scores = f.score(f.n * runs, make, runs).reshape(f.n, runs)
-    return sums.reshape(f.n, runs), f.original()[:, None].astype(np.float64) - scores
+    original, scores = f.original_and_score(f.n * runs, make, runs)
+    return sums.reshape(f.n, runs), original[:, None].astype(np.float64) - scores.reshape(f.n, runs)
 
 
 def _faithfulness_correlation(

@@ -13,6 +13,7 @@ on TensorFlow, ``TF_ENABLE_ONEDNN_OPTS=1`` in the environment turns on oneDNN wh
     python -m bench metrics-vs-quantus --repeats 3
     TF_ENABLE_ONEDNN_OPTS=1 python -m bench metrics-vs-quantus --repeats 3
     python -m bench metrics-vs-quantus --backend torch --repeats 3
+    python -m bench metrics-vs-quantus --repeats 5 --set cpu_time=1   # CPU seconds, one thread each side
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 
 from bench.scenario import Options, scenario, settings
-from bench.timing import rotating_times
+from bench.timing import cpu_clock, one_tf_thread, rotating_times
 
 
 def _cases(options: Options):
@@ -136,16 +137,22 @@ class MetricsSettings:
     """``--set metrics=pixel_flipping,road``: only these cases (default: all)."""
 
     metrics: tuple[str, ...] = ()
+    cpu_time: bool = False  # CPU seconds of the process, one TensorFlow thread: the work done, steady under load
 
 
 @scenario("metrics-vs-quantus", "Quantus metric families: kerascope (Keras, any backend) vs Quantus 0.6.0 (torch twin)",
           tags=("peers",))
 def metrics_vs_quantus(options: Options) -> list[dict]:
+    import keras
     import torch
 
     torch.set_num_threads(1)  # both sides single-threaded compute on a shared machine: work, not contention
-    chosen = settings(MetricsSettings, options).metrics
+    chosen_settings = settings(MetricsSettings, options)
+    chosen = chosen_settings.metrics
+    if chosen_settings.cpu_time and keras.backend.backend() == "tensorflow":
+        one_tf_thread()
     cases, setting = _cases(options)
+    setting["cpu_time"] = chosen_settings.cpu_time
     unknown = sorted(set(chosen) - set(cases))
     if unknown:
         raise ValueError(f"Unknown metrics. Received: --set metrics={','.join(chosen)}. Available: {', '.join(cases)}.")
@@ -154,7 +161,8 @@ def metrics_vs_quantus(options: Options) -> list[dict]:
         if chosen and name not in chosen:
             continue
         ours(), theirs()  # warm-up: compilation, first calls
-        times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats)
+        times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats,
+                               clock=cpu_clock(chosen_settings.cpu_time))
         ratios = [q / k for k, q in zip(times["kerascope"], times["quantus"], strict=True)]
         k_med, q_med = statistics.median(times["kerascope"]), statistics.median(times["quantus"])
         rows.append({"metric": name, **setting, "kerascope_s": k_med, "quantus_s": q_med,

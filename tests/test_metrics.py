@@ -9,9 +9,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra.numpy import arrays  # noqa: E402
 from scipy import ndimage, stats  # noqa: E402
 
 from kerascope import metrics  # noqa: E402
+from kerascope.metrics._features import ranks as feature_ranks  # noqa: E402
 from kerascope.metrics.faithfulness import _pixel_ranks  # noqa: E402
 from kerascope.metrics.sanity import _average_ranks  # noqa: E402
 
@@ -120,6 +124,20 @@ def test_curves_are_batch_size_invariant_and_accept_explanations():
 def test_ranks_tie_break_in_raster_order():
     ranks = _pixel_ranks(np.array([[[1.0, 2.0], [2.0, 0.0]]]))
     assert ranks.tolist() == [[2, 0, 1, 3]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(1, 12)),
+              elements=st.sampled_from([-1.0, -0.0, 0.0, 0.5, 2.0, np.nan, np.inf])),
+       st.booleans())
+def test_feature_ranks_are_the_stable_sort_positions(values, descending):
+    # ties (0.0 and -0.0 too) and NaN keep index order, as a stable sort of the keys
+    order = np.argsort(-values if descending else values, axis=1, kind="stable")
+    expected = np.argsort(order, axis=1, kind="stable")
+    np.testing.assert_array_equal(feature_ranks(values, descending=descending), expected)
+    distinct = np.arange(values.size, dtype=np.float64)[::-1].reshape(values.shape)  # no ties: the fast path
+    np.testing.assert_array_equal(feature_ranks(distinct, descending=descending),
+                                  np.argsort(np.argsort(-distinct if descending else distinct, axis=1), axis=1))
 
 
 # ----------------------------------------------------------------------------- average drop / increase

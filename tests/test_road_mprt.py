@@ -56,6 +56,28 @@ def test_imputation_keeps_known_pixels_and_stays_within_their_range(seed, share)
         assert np.all(out[j][removed[j]] >= lo[j] - 1e-5) and np.all(out[j][removed[j]] <= hi[j] + 1e-5)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16), st.floats(0.05, 0.98), st.integers(2, 9), st.integers(2, 9))
+def test_imputed_pixels_solve_the_stencil_equations(seed, share, h, w):
+    # the defining equations, whatever solver: a removed pixel is the weighted mean of its in-image
+    # neighbours (1/6 direct, 1/12 diagonal), removed neighbours with their imputed values
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(3, h, w, 2)).astype(np.float32)
+    removed = rng.random((3, h * w)) < share
+    removed[np.arange(3), rng.integers(0, h * w, 3)] = False  # at least one known pixel per image
+    out = np.pad(metrics.linear_imputation(x, removed).astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    inside = np.pad(np.ones((3, h, w, 1)), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    total, weight = 0.0, 0.0
+    for dr in (-1, 0, 1):
+        for dc in (-1, 0, 1):
+            if dr or dc:
+                wgt = 1 / 12 if dr and dc else 1 / 6
+                shift = (slice(None), slice(1 + dr, 1 + dr + h), slice(1 + dc, 1 + dc + w))
+                total, weight = total + wgt * out[shift], weight + wgt * inside[shift]
+    mean = (total / weight).reshape(3, h * w, 2)
+    np.testing.assert_allclose(out[:, 1:-1, 1:-1].reshape(3, h * w, 2)[removed], mean[removed], atol=1e-4)
+
+
 def test_imputation_noise_has_the_requested_spread():
     x = np.zeros((4, 16, 16, 1), np.float32)
     removed = np.ones((4, 256), bool)

@@ -5,7 +5,15 @@ on the same images, attributions, masks and targets, alternating in one process 
 the rows give each side's median seconds, the ratio of medians and the spread of the per-round ratios.
 The ``forward_floor`` row times only the forwards pixel flipping needs, each side's way: the ceiling of the
 speed-up of a metric whose time is its forwards (Quantus batches the curves' forwards over samples too).
-``--set metrics=pixel_flipping,forward_floor`` times a subset.
+``--set metrics=pixel_flipping,forward_floor`` times a subset. kerascope's side runs on the Keras backend of
+the run (``--backend torch`` compares like with like on the forward: both sides' convolutions are PyTorch's);
+on TensorFlow, ``TF_ENABLE_ONEDNN_OPTS=1`` in the environment turns on oneDNN where TensorFlow leaves it off
+(CPUs without AVX-512 VNNI / AMX), several times faster on this CNN's convolution. Every row records both.
+
+    python -m bench metrics-vs-quantus --repeats 3
+    TF_ENABLE_ONEDNN_OPTS=1 python -m bench metrics-vs-quantus --repeats 3
+    python -m bench metrics-vs-quantus --backend torch --repeats 3
+    python -m bench metrics-vs-quantus --repeats 5 --set cpu_time=1   # CPU seconds, one thread each side
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 
 from bench.scenario import Options, scenario, settings
-from bench.timing import rotating_times
+from bench.timing import cpu_clock, one_tf_thread, rotating_times
 
 
 def _cases(options: Options):
@@ -88,25 +96,34 @@ def _cases(options: Options):
                      lambda: road(model=gray_net, x_batch=nchw(gray), y_batch=y, a_batch=maps[:, None].copy(),
                                   channel_first=True, batch_size=64))
     cases["forward_floor"] = _forward_floor(model, net, x, step)
-    return cases, {"images": n, "size": size, "features_in_step": step}
+    # the Keras backend of kerascope's side, and TensorFlow's oneDNN switch (read when TensorFlow loads; on a
+    # CPU without AVX-512 VNNI / AMX TensorFlow leaves oneDNN off unless TF_ENABLE_ONEDNN_OPTS=1)
+    import os
+
+    import keras
+
+    return cases, {"images": n, "size": size, "features_in_step": step, "backend": keras.backend.backend(),
+                   "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")}
 
 
 def _forward_floor(model, net, x, step):
-    """The forwards alone of pixel flipping's perturbed images, each side's way: a compiled Keras forward in
-    chunks of 64 against PyTorch on one batch of the N images per step (as Quantus): the ceiling of the
+    """The forwards alone of pixel flipping's perturbed images, each side's way: the Keras model compiled by
+    kerascope's backend layer (``tf.function`` on TensorFlow, ``torch.no_grad`` on PyTorch, ``jax.jit`` on JAX)
+    in chunks of 64 against PyTorch on one batch of the N images per step (as Quantus): the ceiling of the
     speed-up of any metric whose time is its forwards."""
     import numpy as np
-    import tensorflow as tf
     import torch
+
+    from kerascope import _backend
 
     n = len(x)
     points = -(-x[0].size // step)
     images = np.repeat(x, points, axis=0)  # the same number of images as pixel flipping scores
-    forward = tf.function(lambda t: model(t), reduce_retracing=True)
+    forward = _backend.get().compile_forward(lambda xs: model(xs[0]), input_specs=[((None, *x.shape[1:]), "float32")])
     steps = torch.from_numpy(np.ascontiguousarray(images.reshape(n, points, *x.shape[1:]).transpose(1, 0, 4, 2, 3)))
 
     def ours():
-        return [forward(images[i:i + 64]).numpy() for i in range(0, len(images), 64)]
+        return [np.asarray(forward([images[i:i + 64]])) for i in range(0, len(images), 64)]
 
     def theirs():
         with torch.no_grad():
@@ -120,16 +137,22 @@ class MetricsSettings:
     """``--set metrics=pixel_flipping,road``: only these cases (default: all)."""
 
     metrics: tuple[str, ...] = ()
+    cpu_time: bool = False  # CPU seconds of the process, one TensorFlow thread: the work done, steady under load
 
 
-@scenario("metrics-vs-quantus", "Quantus metric families: kerascope (Keras, TF) vs Quantus 0.6.0 (torch twin)",
+@scenario("metrics-vs-quantus", "Quantus metric families: kerascope (Keras, any backend) vs Quantus 0.6.0 (torch twin)",
           tags=("peers",))
 def metrics_vs_quantus(options: Options) -> list[dict]:
+    import keras
     import torch
 
     torch.set_num_threads(1)  # both sides single-threaded compute on a shared machine: work, not contention
-    chosen = settings(MetricsSettings, options).metrics
+    chosen_settings = settings(MetricsSettings, options)
+    chosen = chosen_settings.metrics
+    if chosen_settings.cpu_time and keras.backend.backend() == "tensorflow":
+        one_tf_thread()
     cases, setting = _cases(options)
+    setting["cpu_time"] = chosen_settings.cpu_time
     unknown = sorted(set(chosen) - set(cases))
     if unknown:
         raise ValueError(f"Unknown metrics. Received: --set metrics={','.join(chosen)}. Available: {', '.join(cases)}.")
@@ -138,7 +161,8 @@ def metrics_vs_quantus(options: Options) -> list[dict]:
         if chosen and name not in chosen:
             continue
         ours(), theirs()  # warm-up: compilation, first calls
-        times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats)
+        times = rotating_times({"kerascope": ours, "quantus": theirs}, rounds=options.repeats,
+                               clock=cpu_clock(chosen_settings.cpu_time))
         ratios = [q / k for k, q in zip(times["kerascope"], times["quantus"], strict=True)]
         k_med, q_med = statistics.median(times["kerascope"]), statistics.median(times["quantus"])
         rows.append({"metric": name, **setting, "kerascope_s": k_med, "quantus_s": q_med,

@@ -70,8 +70,20 @@ def unpack(attributions: Any, targets: Any) -> tuple[Any, Any]:
     return attributions, targets
 
 
+def raw_attributions(attributions: Any) -> Any:
+    """The attributions of an :class:`Explanation`; anything else as it is.
+
+    Example:
+        >>> import numpy as np
+        >>> raw_attributions(Explanation(np.ones((1, 2, 2)), "x", {}, np.array([3]), np.array([1.0]))).shape
+        (1, 2, 2)
+    """
+    return unpack(attributions, None)[0]
+
+
 def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str = "abs_sum") -> np.ndarray:
-    """Turn raw attributions into ``(N, H, W)`` float32 maps (channels reduced, resized to ``size``).
+    """Turn attributions (an array or an :class:`Explanation`) into ``(N, H, W)`` float32 maps (channels
+    reduced, resized to ``size``).
 
     ``(N, H, W, C)`` attributions are reduced over channels with ``reduce``
     (``"abs_sum"``, ``"sum"``, ``"max_abs"``, ``"positive"``); ``(N, h, w)``
@@ -84,7 +96,7 @@ def to_maps(attributions: Any, size: tuple[int, int] | None = None, reduce: str 
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"Unknown channel reduction. Received: reduce={reduce!r}. Expected one of {REDUCTIONS}.")
-    a = np.asarray(attributions, np.float32)
+    a = np.asarray(raw_attributions(attributions), np.float32)
     if a.ndim == 4:
         a = reduce_channels(a, reduce)
     if a.ndim != 3:
@@ -188,11 +200,18 @@ class Scorer:
             [0.0, 2.0, 4.0]
         """
         scores = np.empty((n_total,), np.float32)
+        score, dtype = None, None
         with single_threaded_blas():  # numpy between passes must not leave BLAS threads spinning
             for start, stop in chunk_bounds(n_total, self.batch_size):
                 flat = np.arange(start, stop)
-                out = self.outputs(make(flat))
-                scores[start:stop] = out[np.arange(len(flat)), classes(flat)]
+                if score is None:  # inputs checked once, on the first chunk: the others have its shape and dtype
+                    prepared = self.engine.check_inputs(make(flat))
+                    with self.engine.check_on_error(prepared):
+                        score = self.engine.scorer(prepared)  # the target pick runs inside the compiled forward
+                        scores[start:stop] = score(prepared.arrays, classes(flat))[0]
+                    dtype = prepared.arrays[0].dtype
+                    continue
+                scores[start:stop] = score([np.asarray(make(flat), dtype)], classes(flat))[0]
         return scores
 
 

@@ -101,9 +101,10 @@ class Features:
 
     def images(self, rows: np.ndarray, removed: np.ndarray, fill: np.ndarray | None = None) -> np.ndarray:
         """Images of samples ``rows`` with the ``removed`` features replaced (baseline or ``fill[rows]``)."""
+        out = self.x[rows]  # a fresh float32 copy, filled in place
         source = self.base[rows][:, None, None] if fill is None else fill
-        out = np.where(removed[..., None], source, self.x[rows])
-        return out.reshape(len(rows), *self.shape[1:]).astype(np.float32)
+        np.copyto(out, np.broadcast_to(source, out.shape), where=removed[..., None], casting="same_kind")
+        return out.reshape(len(rows), *self.shape[1:])
 
     def score(self, total: int, make: Callable[[np.ndarray], np.ndarray], per_sample: int) -> np.ndarray:
         """Target scores of ``total`` generated images (``make(flat)``), ``per_sample`` consecutive per sample."""
@@ -112,6 +113,24 @@ class Features:
     def original(self) -> np.ndarray:
         x = self.x.reshape(self.shape)
         return self.scorer.score_chunks(self.n, lambda j: x[j], lambda j: self.classes[j])
+
+    def original_and_score(self, total: int, make: Callable[[np.ndarray], np.ndarray],
+                           per_sample: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`original` and :meth:`score` in one chunked pass: the ``N`` inputs first, then the
+        ``total`` generated images (no chunk of its own for the inputs)."""
+        x, n = self.x.reshape(self.shape), self.n
+
+        def both(flat: np.ndarray) -> np.ndarray:
+            head, tail = flat[flat < n], flat[flat >= n] - n
+            if not len(tail):
+                return x[head]
+            return make(tail) if not len(head) else np.concatenate([x[head], make(tail)])
+
+        def classes(flat: np.ndarray) -> np.ndarray:
+            return self.classes[np.where(flat < n, flat, (flat - n) // per_sample)]
+
+        out = self.scorer.score_chunks(n + total, both, classes)
+        return out[:n], out[n:]
 
     def pixels(self, per_feature: np.ndarray) -> np.ndarray:
         """A per-pixel ``(N, H*W)`` quantity as per-feature ``(N, F)`` (repeated over channels for elements)."""
@@ -129,7 +148,11 @@ def ranks(values: np.ndarray, descending: bool = True) -> np.ndarray:
         >>> ranks(np.array([[0.1, 0.9, 0.5]])).tolist()
         [[2, 0, 1]]
     """
-    order = np.argsort(-values if descending else values, axis=1, kind="stable")
+    keys = -values if descending else values
+    order = np.argsort(keys, axis=1)  # introsort: where no row holds equal values, the one order there is
+    kept = np.take_along_axis(keys, order, axis=1)
+    if np.isnan(kept).any() or (kept[:, 1:] == kept[:, :-1]).any():
+        order = np.argsort(keys, axis=1, kind="stable")  # equal values keep their index order
     out = np.empty_like(order)
     np.put_along_axis(out, order, np.broadcast_to(np.arange(values.shape[1]), values.shape), axis=1)
     return out

@@ -23,6 +23,7 @@ from kerascope.metrics._common import (
     to_maps,
     unpack,
 )
+from kerascope.metrics._features import pearson_rows
 
 
 @dataclass(repr=False)
@@ -237,14 +238,6 @@ Example:
 """)
 
 
-def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a - a.mean(axis=1, keepdims=True)
-    b = b - b.mean(axis=1, keepdims=True)
-    denom = np.sqrt((a * a).sum(1) * (b * b).sum(1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denom > 0, (a * b).sum(1) / np.where(denom > 0, denom, 1.0), np.nan)
-
-
 def mu_fidelity(
     model: keras.Layer,
     inputs: Any,
@@ -305,5 +298,5 @@ def mu_fidelity(
     original = scorer.score_chunks(n, lambda j: x[j], lambda j: classes[j])
     perturbed = scorer.score_chunks(n * samples, make, lambda flat: classes[flat // samples]).reshape(n, samples)
     drops = original[:, None].astype(np.float64) - perturbed
-    corr = _pearson_rows(attr_sums, drops)
+    corr = pearson_rows(attr_sums, drops)
     return MetricResult("mu_fidelity", corr, True, {"targets": classes, "seed": seed})

@@ -11,6 +11,7 @@ compiled forward in chunks of ``batch_size``: no Python loop per step or sample.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -83,14 +84,16 @@ def _patch_ranks(f: Features, patch_size: int, order: str, seed: int) -> tuple[n
     return patch_rank[:, patch], count
 
 
-def _patch_curve(f: Features, pixel_rank: np.ndarray, points: int) -> np.ndarray:
+def _patch_images(f: Features, pixel_rank: np.ndarray, points: int) -> Callable[[np.ndarray], np.ndarray]:
+    """``make(flat)`` of the patch curves: image ``flat`` is sample ``flat // points`` after removing its
+    ``flat % points + 1`` highest-ranked patches."""
     feature_rank = f.pixels(pixel_rank)
 
     def make(flat: np.ndarray) -> np.ndarray:
         i, k = flat // points, flat % points
         return f.images(i, feature_rank[i] <= k[:, None])
 
-    return f.score(f.n * points, make, points).reshape(f.n, points)
+    return make
 
 
 def _region_perturbation(
@@ -103,7 +106,8 @@ def _region_perturbation(
 ) -> CurveResult:
     pixel_rank, count = _patch_ranks(f, patch_size, order, seed)
     points = min(check_positive_int("regions", regions), count)
-    curves = f.original()[:, None].astype(np.float64) - _patch_curve(f, pixel_rank, points)
+    original, scores = f.original_and_score(f.n * points, _patch_images(f, pixel_rank, points), points)
+    curves = original[:, None].astype(np.float64) - scores.reshape(f.n, points)
     return CurveResult("region_perturbation", curves.mean(1), order != "lerf",
                        {"targets": f.classes, "patch_size": patch_size, "order": order},
                        curves=curves, fractions=(np.arange(points) + 1) / count)
@@ -133,7 +137,7 @@ Example:
 
 def _selectivity(f: Features, *, patch_size: int = 8) -> CurveResult:
     pixel_rank, count = _patch_ranks(f, patch_size, "morf", 0)
-    curves = _patch_curve(f, pixel_rank, count)
+    curves = f.score(f.n * count, _patch_images(f, pixel_rank, count), count).reshape(f.n, count)
     return CurveResult("selectivity", _trapezoid(curves), False, {"targets": f.classes, "patch_size": patch_size},
                        curves=curves, fractions=(np.arange(count) + 1) / count)
 
@@ -203,7 +207,8 @@ def _faithfulness_estimate(f: Features, *, features_in_step: int = 1) -> MetricR
         i, k = flat // points, flat % points
         return f.images(i, group[i] == k[:, None])
 
-    drops = f.original()[:, None].astype(np.float64) - f.score(f.n * points, make, points).reshape(f.n, points)
+    original, scores = f.original_and_score(f.n * points, make, points)
+    drops = original[:, None].astype(np.float64) - scores.reshape(f.n, points)
     return MetricResult("faithfulness_estimate", pearson_rows(sums, drops), True,
                         {"targets": f.classes, "att_sums": sums, "pred_deltas": drops})
 

@@ -19,6 +19,11 @@ from kerascope.metrics._features import Features, check_positive_int, features_m
 from kerascope.metrics.faithfulness import CurveResult
 
 
+def _lowest(keys: np.ndarray, size: int) -> np.ndarray:
+    """Where each row of ``keys`` holds one of its ``size`` lowest values."""
+    return keys <= np.partition(keys, size - 1, axis=1)[:, size - 1:size]
+
+
 def _subset_drops(f: Features, sizes: np.ndarray | None, seed: int, subsets: Any) -> tuple[np.ndarray, np.ndarray]:
     """Attribution sums and score drops ``(N, R)`` over random feature subsets (run ``r`` has ``sizes[r]``)."""
     if subsets is not None:
@@ -36,19 +41,22 @@ def _subset_drops(f: Features, sizes: np.ndarray | None, seed: int, subsets: Any
         i, r = flat // runs, flat % runs
         if subsets is None:  # a uniformly random subset of sizes[r] features: the lowest random keys
             keys = rng.random((len(flat), f.features))
-            removed = np.zeros(keys.shape, bool)
-            for size in np.unique(sizes[r]):  # the few distinct subset sizes, not the samples
-                rows = sizes[r] == size
-                kth = np.partition(keys[rows], size - 1, axis=1)[:, size - 1:size]
-                removed[rows] = keys[rows] <= kth
+            distinct = np.unique(sizes[r])
+            if len(distinct) == 1:  # one subset size in the chunk (always, for faithfulness correlation)
+                removed = _lowest(keys, int(distinct[0]))
+            else:
+                removed = np.zeros(keys.shape, bool)
+                for size in distinct:  # the few distinct subset sizes, not the samples
+                    rows = sizes[r] == size
+                    removed[rows] = _lowest(keys[rows], int(size))
         else:
             removed = np.zeros((len(flat), f.features), bool)
             np.put_along_axis(removed, chosen[i, r], True, axis=1)
         sums[flat] = (f.a[i] * removed).sum(1)
         return f.images(i, removed)
 
-    scores = f.score(f.n * runs, make, runs).reshape(f.n, runs)
-    return sums.reshape(f.n, runs), f.original()[:, None].astype(np.float64) - scores
+    original, scores = f.original_and_score(f.n * runs, make, runs)
+    return sums.reshape(f.n, runs), original[:, None].astype(np.float64) - scores.reshape(f.n, runs)
 
 
 def _faithfulness_correlation(

@@ -20,16 +20,13 @@ from typing import Any
 import keras
 import numpy as np
 
-from kerascope.core.explanation import Explanation
-from kerascope.metrics._common import MetricResult, Scorer, image_batch, public_metric
+from kerascope.metrics._common import MetricResult, Scorer, image_batch, public_metric, raw_attributions
 from kerascope.metrics._features import check_positive_int
 from kerascope.numeric.chunking import check_batch_size, chunk_bounds
 
 
 def _flat(a: Any, n: int) -> np.ndarray:
-    if isinstance(a, Explanation):
-        a = a.attributions
-    return np.asarray(a, np.float64).reshape(n, -1)
+    return np.asarray(raw_attributions(a), np.float64).reshape(n, -1)
 
 
 def _perturbed_stats(

@@ -22,7 +22,6 @@ from typing import Any
 import keras
 import numpy as np
 
-from kerascope.core.explanation import Explanation
 from kerascope.core.inputs import fit_structure
 from kerascope.core.layers import child_layers, find_layer, iter_layers
 from kerascope.metrics._common import Scorer, gaussian_blur, to_maps
@@ -322,12 +321,6 @@ def _explainer(method: Any, batch_size: int, method_kwargs: dict[str, Any] | Non
     return method_name(spec), run
 
 
-def _maps(attributions: Any, size: tuple[int, int] | None, reduce: str) -> np.ndarray:
-    if isinstance(attributions, Explanation):
-        attributions = attributions.attributions
-    return to_maps(attributions, size, reduce)
-
-
 def model_randomisation(
     model: keras.Layer,
     method: Any,
@@ -383,7 +376,7 @@ def model_randomisation(
     if not order:
         raise ValueError(f"Model {model.name!r} has no layers with weights to randomise. Received: layers={layers!r}.")
     classes = Scorer(copy, "logits", batch_size).targets(inputs, targets)
-    original = _maps(explain(copy, inputs, classes), None, reduce)
+    original = to_maps(explain(copy, inputs, classes), None, reduce)
     size = original.shape[1:]
     trained = copy.get_weights()
     rhos, ssims, kept = [], [], [original] if keep_maps else []
@@ -391,7 +384,7 @@ def model_randomisation(
         if mode == "independent":
             copy.set_weights(trained)
         randomise_layer(find_layer(copy, path), seed * 7919 + step)
-        maps = _maps(explain(copy, inputs, classes), size, reduce)
+        maps = to_maps(explain(copy, inputs, classes), size, reduce)
         rhos.append(spearman(original, maps))
         ssims.append(ssim(original, maps))
         if keep_maps:
@@ -430,8 +423,8 @@ def data_randomisation(
     """
     name, explain = _explainer(method, batch_size, method_kwargs)
     classes = Scorer(model, "logits", batch_size).targets(inputs, targets)
-    original = _maps(explain(model, inputs, classes), None, reduce)
-    other = _maps(explain(randomised_model, inputs, classes), original.shape[1:], reduce)
+    original = to_maps(explain(model, inputs, classes), None, reduce)
+    other = to_maps(explain(randomised_model, inputs, classes), original.shape[1:], reduce)
     return SanityResult(
         name, "data", ["labels"], spearman(original, other)[None], ssim(original, other)[None], classes,
         np.stack([original, other]), {"reduce": reduce},

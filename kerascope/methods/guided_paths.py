@@ -25,6 +25,14 @@ from kerascope.numeric.blur import blur_and_slope_rows
 from kerascope.numeric.chunking import ahead, chunk_ranges
 
 
+def _in_unit_interval(value: Any, name: str) -> float:
+    """``value`` as a float in ``[0, 1]``, or the standard error."""
+    number = check_number(value, name, low=0.0)
+    if number > 1:
+        raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={value!r}.")
+    return number
+
+
 class _OneInputPath(Method):
     """Shared part: one attributed input, gradients at arbitrary points of it for folded rows."""
 
@@ -194,12 +202,7 @@ class GuidedIG(_OneInputPath):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, steps=steps, **kwargs)
-        self.fraction = check_number(fraction, "fraction", low=0.0)
-        if self.fraction > 1:
-            raise ValueError(f"`fraction` must be in [0, 1]. Received: fraction={fraction!r}.")
-        self.max_dist = check_number(max_dist, "max_dist", low=0.0)
-        if self.max_dist > 1:
-            raise ValueError(f"`max_dist` must be in [0, 1]. Received: max_dist={max_dist!r}.")
+        self.fraction, self.max_dist = _in_unit_interval(fraction, "fraction"), _in_unit_interval(max_dist, "max_dist")
         self.baseline = baseline
 
     def params(self) -> dict[str, Any]:

@@ -153,7 +153,70 @@ def cam_variants(options: Options) -> list[dict]:
         "tape floor": lambda: floor(tf.constant(x)).numpy(),
     }, rounds=options.repeats)
     rows += _rows(times, "tape floor", "GradCAMElementWise upsample=False")
+    rows += _second_order_and_bias_floors(options, features, head, x, targets, pairs, tensor, wanted)
     keras.backend.clear_session()
+    return rows
+
+
+def _second_order_and_bias_floors(options: Options, features: Any, head: Any, x: np.ndarray, targets: list,
+                                  pairs: dict, tensor: Any, wanted: list) -> list[dict]:
+    """FullGrad and ShapleyCAM by hand, each one ``tf.function`` (the passes they need and their arithmetic,
+    resized with ``tf.image.resize``), against kerascope and pytorch-grad-cam: the compiled floor's ratio to
+    pytorch-grad-cam bounds what kerascope can reach on this backend."""
+    import tensorflow as tf
+
+    from kerascope.methods.fullgrad import effective_bias
+
+    n, size = len(x), x.shape[1]
+    index = tf.constant(np.stack([np.arange(n), targets], 1), tf.int32)
+    c1, pool, c2, bn, r2 = features.layers
+    c3, gap, out = head.layers
+    biases = [tf.constant(effective_bias(layer)) for layer in (c1, bn, c3)]
+
+    def scaled(m: tf.Tensor) -> tf.Tensor:  # FullGrad's psi: per-channel min-max, summed, resized
+        m = m - tf.reduce_min(m, axis=(1, 2), keepdims=True)
+        m = tf.reduce_sum(m / (tf.reduce_max(m, axis=(1, 2), keepdims=True) + 1e-7), axis=-1)
+        return tf.image.resize(m[..., None], (size, size))[..., 0]
+
+    @tf.function(reduce_retracing=True)
+    def fullgrad(batch: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            tape.watch(batch)
+            a1 = c1(batch)
+            b = bn(c2(pool(a1)), training=False)
+            a3 = c3(r2(b))
+            score = tf.reduce_sum(tf.gather_nd(out(gap(a3)), index))
+        gx, g1, gb, g3 = tape.gradient(score, [batch, a1, b, a3])
+        return (scaled(tf.abs(batch * gx)) + scaled(tf.abs(biases[0] * g1 * tf.cast(a1 > 0, a1.dtype)))
+                + scaled(tf.abs(biases[1] * gb)) + scaled(tf.abs(biases[2] * g3 * tf.cast(a3 > 0, a3.dtype))))
+
+    @tf.function(reduce_retracing=True)
+    def shapley(batch: tf.Tensor) -> tf.Tensor:
+        a = features(batch, training=False)
+        with tf.GradientTape() as outer:
+            outer.watch(a)
+            with tf.GradientTape() as inner:
+                inner.watch(a)
+                score = tf.reduce_sum(tf.gather_nd(head(a, training=False), index))
+            g = inner.gradient(score, a)
+        hvp = outer.gradient(g, a, output_gradients=a)
+        hvp = tf.zeros_like(a) if hvp is None else hvp
+        weights = tf.reduce_mean(g - 0.5 * hvp, axis=(1, 2), keepdims=True)
+        cam = tf.nn.relu(tf.reduce_sum(weights * a, axis=-1))
+        return tf.image.resize(cam[..., None], (size, size))[..., 0]
+
+    rows = []
+    for name, floor in (("FullGrad", fullgrad), ("ShapleyCAM", shapley)):
+        ours, theirs = pairs[name]
+        floor(tf.constant(x)).numpy()
+        times = rotating_times({
+            "kerascope": lambda ours=ours: ours.explain(x, targets),
+            "pytorch-grad-cam": lambda theirs=theirs: theirs(tensor, wanted),
+            "tape floor": lambda floor=floor: floor(tf.constant(x)).numpy(),
+        }, rounds=options.repeats)
+        rows += _rows(times, "pytorch-grad-cam", name + " with its floor")
+        rows += [dict(r, case=name + " vs floor") for r in _rows({k: times[k] for k in ("kerascope", "tape floor")},
+                                                                 "tape floor", name) if r["impl"] == "kerascope"]
     return rows
 
 

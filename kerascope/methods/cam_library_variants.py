@@ -159,10 +159,10 @@ def kernel_matrix(x: np.ndarray, kernel: str, gamma: float | None) -> np.ndarray
     dots = np.matmul(x, x.transpose(0, 2, 1))
     if kernel == "linear":
         return dots
-    if kernel == "poly":
-        return (g * dots + 1.0) ** 3
-    if kernel == "sigmoid":
-        return np.tanh(g * dots + 1.0)
+    if kernel in ("poly", "sigmoid"):  # in place: the (N, P, P) matrices are the large arrays here
+        dots *= g
+        dots += 1.0
+        return np.power(dots, 3, out=dots) if kernel == "poly" else np.tanh(dots, out=dots)
     squares = np.einsum("npc,npc->np", x, x)
     if kernel == "rbf":
         distances = np.maximum(squares[:, :, None] + squares[:, None, :] - 2.0 * dots, 0.0)
@@ -231,7 +231,8 @@ def top_eigenpairs(matrices: np.ndarray, steps: int = 64, dense_below: int = 160
     vector = np.einsum("njp,nj->np", basis[:, :used], ritz_vectors[:, :, -1])
     vector /= np.linalg.norm(vector, axis=1, keepdims=True)
     residual = np.linalg.norm(np.einsum("npq,nq->np", matrices, vector) - value[:, None] * vector, axis=1)
-    scale = np.maximum(np.abs(value), np.abs(matrices).max(axis=(1, 2)) * 1e-12 + 1e-300)
+    largest = np.maximum(matrices.max(axis=(1, 2)), -matrices.min(axis=(1, 2)))  # max |M|, no (N, P, P) copy
+    scale = np.maximum(np.abs(value), largest * 1e-12 + 1e-300)
     redo = np.flatnonzero(residual > 1e-8 * scale)
     if len(redo):
         values, vectors = np.linalg.eigh(matrices[redo])
@@ -260,7 +261,10 @@ def kernel_projection(activations: np.ndarray, kernel: str = "sigmoid", gamma: f
     flat = array.reshape(n, -1, channels)
     centred = flat - flat.mean(axis=1, keepdims=True)
     k = kernel_matrix(centred, kernel, gamma)
-    k = k - k.mean(axis=1, keepdims=True) - k.mean(axis=2, keepdims=True) + k.mean(axis=(1, 2), keepdims=True)
+    rows, columns, total = k.mean(axis=1, keepdims=True), k.mean(axis=2, keepdims=True), k.mean(axis=(1, 2), keepdims=True)
+    k -= rows  # centred in feature space, in place (the same operations in the same order)
+    k -= columns
+    k += total
     value, first = top_eigenpairs(k)
     value = np.maximum(value[:, None], 0.0)
     largest = np.take_along_axis(first, np.abs(first).argmax(axis=-1)[:, None], axis=-1)

@@ -46,7 +46,9 @@ import numpy as np
 from kerascope.core.engine import Engine
 from kerascope.core.inputs import Inputs
 from kerascope.core.progress import progress_scope
-from kerascope.methods._folding import chunk_ranges, forward_scores, row_targets
+from kerascope.core.targets import encode as encode_targets
+from kerascope.methods._folding import chunk_ranges, row_targets
+from kerascope.numeric.chunking import ahead
 
 DEFAULT_GRID = 4
 SEGMENTATIONS = ("grid", "slic", "quickshift")
@@ -331,9 +333,22 @@ class Plan:
             >>> p.rows(np.array([0]), np.array([[True, False, True]]), np.array([0])).arrays[0].tolist()
             [[1.0, 0.0, 1.0]]
         """
-        arrays = [a[owners] for a in self.inputs.arrays]
+        return Inputs(self.inputs.rebuild(self.row_arrays(owners, keep, which)))
+
+    def row_arrays(self, owners: np.ndarray, keep: np.ndarray, which: np.ndarray) -> list[np.ndarray]:
+        """:meth:`rows` as the list of arrays, in the order of ``inputs.arrays`` (already checked inputs).
+
+        Example:
+            >>> import numpy as np
+            >>> p = make_plan(Inputs(np.ones((1, 2))), None, None, 0.0)
+            >>> p.row_arrays(np.array([0, 0]), np.array([[0.5, 1.0], [0.0, 0.25]]), np.zeros(2, int))[0].tolist()
+            [[0.5, 1.0], [0.0, 0.25]]
+        """
         rows = np.arange(len(owners))
         one_owner = len(owners) > 0 and bool(np.all(owners == owners[0]))
+        continuous = keep.dtype != np.bool_
+        arrays = [None if continuous and one_owner and i in self.index else a[owners]
+                  for i, a in enumerate(self.inputs.arrays)]
         for j, position in enumerate(self.index):
             x = arrays[position]
             base = self.baselines[j]
@@ -345,20 +360,29 @@ class Plan:
                 pick = {"shared": np.zeros_like(owners), "sample": owners, "background": which}[self.modes[j]]
                 arrays[position] = np.where(kept, x, base[pick])
                 continue
-            # continuous masks in [0, 1] (Sobol): baseline + m (x - baseline), computed in place
-            weights = keep.astype(x.dtype, copy=False)
-            if one_owner:  # one sample's rows (the usual chunk): one gather along the feature axis
-                kept = np.take(weights, self.labels[j][owners[0]] + self.offsets[owners[0], j], axis=1)
-            else:
-                labels = self.labels[j][owners] + self.offsets[owners, j].reshape(
-                    (-1,) + (1,) * (self.labels[j].ndim - 1))
-                kept = weights[rows.reshape((-1,) + (1,) * (labels.ndim - 1)), labels]
-            kept = kept.reshape(kept.shape + (1,) * (x.ndim - kept.ndim))
+            # continuous masks in [0, 1] (Sobol): baseline + m (x - baseline)
             b = base[0] if self.modes[j] == "shared" else base[{"sample": owners, "background": which}[self.modes[j]]]
+            if one_owner:  # one sample's rows (the usual chunk): one gather along the feature axis and each row
+                # written once, m (x - b) (+ b), from the sample's x - b (the same float32 operations, no copy of x)
+                owner = owners[0]
+                sample = self.inputs.arrays[position][owner]
+                if self.modes[j] == "sample":
+                    b = b[0]
+                kept = np.take(keep.astype(sample.dtype, copy=False),
+                               self.labels[j][owner] + self.offsets[owner, j], axis=1)
+                kept = kept.reshape(kept.shape + (1,) * (sample.ndim + 1 - kept.ndim))
+                out = np.multiply(kept, sample - b)
+                if np.any(b):  # a zero baseline adds nothing
+                    out += b
+                arrays[position] = out
+                continue
+            labels = self.labels[j][owners] + self.offsets[owners, j].reshape((-1,) + (1,) * (self.labels[j].ndim - 1))
+            kept = keep.astype(x.dtype, copy=False)[rows.reshape((-1,) + (1,) * (labels.ndim - 1)), labels]
+            kept = kept.reshape(kept.shape + (1,) * (x.ndim - kept.ndim))
             x -= b
             x *= kept
             x += b
-        return Inputs(self.inputs.rebuild(arrays))
+        return arrays
 
 
 def make_plan(
@@ -457,12 +481,22 @@ def evaluate(
     per = plan.background
     rows_of = coalitions if callable(coalitions) else coalitions.__getitem__
     scores = np.empty(len(owners) * per, np.float64)
+    scorer = prepared = None
+
+    def build(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        who = owners[rows // per]
+        return rows, who, plan.row_arrays(who, rows_of(rows // per), rows % per)
+
     with progress_scope(len(owners), description, progress, unit="coalition"):  # no-op in a method's scope
-        for rows in chunk_ranges(len(scores), batch_size):
-            logical = rows // per
-            who = owners[logical]
-            batch = plan.rows(who, rows_of(logical), rows % per)
-            scores[rows], _ = forward_scores(engine, batch, row_targets(targets, resolved, who), batch_size)
+        # the next chunk's rows are built on the host while the current one is scored
+        for rows, who, arrays in ahead(build, chunk_ranges(len(scores), batch_size)):
+            chunk_targets = row_targets(targets, resolved, who)
+            if scorer is None:  # the first chunk is checked as any input (model, targets); the others are alike
+                prepared, _, target_fn = engine.prepare(plan.inputs.rebuild(arrays), chunk_targets)
+                arrays = prepared.arrays
+                scorer = engine.scorer(prepared, target_fn=target_fn)
+            with engine.check_on_error(prepared):
+                scores[rows] = scorer(arrays, encode_targets(chunk_targets, len(rows))[0])[0]
     return scores.reshape(-1, per).mean(axis=1)
 
 

@@ -157,20 +157,44 @@ class FullGrad(Method):
                 f"shape {x.shape} and dtype {x.dtype}. Use Saliency or IntegratedGradients."
             )
         layers = self._layers()
+        # the bias maps are formed inside the compiled function: only (N, h, w) per layer leaves it. The
+        # biases are constants of that function (their values in the key: new weights, a new function).
+        names = tuple(getattr(getattr(layer, "activation", None), "__name__", "linear") for _, layer in layers)
+        biases = [effective_bias(layer) for _, layer in layers]
         result = self.engine.gradients(
             inputs, targets, layers=[layer for _, layer in layers], wrt_inputs=[index],
-            batch_size=self.batch_size, progress=self.progress,
+            batch_size=self.batch_size, progress=self.progress, reduce=_bias_maps(names, biases),
+            reduce_key=("fullgrad", names, tuple(b.tobytes() for b in biases)),
         )
         size = x.shape[1:3]
         total = upsample(channel_scaled(np.abs(x * np.asarray(result.input_grads[0], np.float32))), size)
-        for (_, layer), output, grads in zip(layers, result.activations, result.layer_grads, strict=True):
-            output = np.asarray(output, np.float32)
-            if output.ndim != 4:
-                continue  # a batch norm of a non-spatial layer: no map
-            name = getattr(getattr(layer, "activation", None), "__name__", "linear")
-            pre = np.asarray(grads, np.float32) * ACTIVATION_SLOPES[name](output)
-            total = total + upsample(channel_scaled(np.abs(effective_bias(layer) * pre)), size)
+        for bias_map in result.reduced:
+            total = total + upsample(np.asarray(bias_map, np.float32), size)
         return self._result(inputs, [total.astype(np.float32)], result.scores, result.targets)
+
+
+def _bias_maps(names: tuple[str, ...], biases: list[np.ndarray]) -> Any:
+    """``reduce(activations, gradients)``: each spatial bias layer's ``sum_c psi(|b_c g_c|)`` before resizing,
+    as :func:`channel_scaled` and ``ACTIVATION_SLOPES`` in ``keras.ops`` (run inside the compiled pass)."""
+    ops = keras.ops
+
+    def reduce(acts: list[Any], grads: list[Any]) -> list[Any]:
+        maps = []
+        for name, bias, output, grad in zip(names, biases, acts, grads, strict=True):
+            if len(output.shape) != 4:
+                continue  # a batch norm of a non-spatial layer: no map
+            if name == "relu":
+                grad = grad * ops.cast(output > 0, output.dtype)
+            elif name == "tanh":
+                grad = grad * (1.0 - ops.square(output))
+            elif name == "sigmoid":
+                grad = grad * (output * (1.0 - output))
+            values = ops.abs(ops.convert_to_tensor(bias) * grad)
+            shifted = values - ops.min(values, axis=(1, 2), keepdims=True)
+            maps.append(ops.sum(shifted / (ops.max(shifted, axis=(1, 2), keepdims=True) + 1e-7), axis=-1))
+        return maps
+
+    return reduce
 
 
 __all__ = ["FullGrad", "bias_layers", "channel_scaled", "effective_bias"]

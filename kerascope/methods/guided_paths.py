@@ -8,8 +8,6 @@ depends on the gradients met so far, so the steps of one sample cannot run in pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import keras
@@ -24,30 +22,15 @@ from kerascope.methods.base import Method, check_flag, check_number, check_posit
 from kerascope.methods.integrated import _chosen_baselines, _describe_baseline, _substitute, resolve_baselines
 from kerascope.methods.registry import register
 from kerascope.numeric.blur import blur_and_slope_rows
-from kerascope.numeric.chunking import chunk_ranges
+from kerascope.numeric.chunking import ahead, chunk_ranges
 
 
-def ahead(make: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
-    """``make(item)`` for each item, in order, the next one computed in a worker thread while the caller
-    uses the current one (host work such as a blur overlapping the compiled gradient pass; numpy and the
-    backends release the GIL). At most two results are held at once.
-
-    Example:
-        >>> list(ahead(lambda v: v * v, range(4)))
-        [0, 1, 4, 9]
-    """
-    iterator = iter(items)
-    with ThreadPoolExecutor(1) as pool:
-        first = next(iterator, _END)
-        pending = None if first is _END else pool.submit(make, first)
-        while pending is not None:
-            item = next(iterator, _END)
-            following = None if item is _END else pool.submit(make, item)
-            yield pending.result()
-            pending = following
-
-
-_END = object()
+def _in_unit_interval(value: Any, name: str) -> float:
+    """``value`` as a float in ``[0, 1]``, or the standard error."""
+    number = check_number(value, name, low=0.0)
+    if number > 1:
+        raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={value!r}.")
+    return number
 
 
 class _OneInputPath(Method):
@@ -219,12 +202,7 @@ class GuidedIG(_OneInputPath):
         **kwargs: Any,
     ) -> None:
         super().__init__(model, steps=steps, **kwargs)
-        self.fraction = check_number(fraction, "fraction", low=0.0)
-        if self.fraction > 1:
-            raise ValueError(f"`fraction` must be in [0, 1]. Received: fraction={fraction!r}.")
-        self.max_dist = check_number(max_dist, "max_dist", low=0.0)
-        if self.max_dist > 1:
-            raise ValueError(f"`max_dist` must be in [0, 1]. Received: max_dist={max_dist!r}.")
+        self.fraction, self.max_dist = _in_unit_interval(fraction, "fraction"), _in_unit_interval(max_dist, "max_dist")
         self.baseline = baseline
 
     def params(self) -> dict[str, Any]:

@@ -12,7 +12,8 @@ so no method needs to know about progress bars.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -116,3 +117,26 @@ def chunk_ranges(total: int, batch_size: int) -> Iterator[np.ndarray]:
     check_batch_size(batch_size)
     for start, stop in chunk_bounds(total, batch_size):
         yield np.arange(start, stop)
+
+
+def ahead(make: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+    """``make(item)`` for each item, in order, the next one computed in a worker thread while the caller
+    uses the current one (host work such as building a chunk's rows overlapping the compiled pass; numpy and
+    the backends release the GIL). At most two results are held at once; ``items`` is iterated by the caller.
+
+    Example:
+        >>> list(ahead(lambda v: v * v, range(4)))
+        [0, 1, 4, 9]
+    """
+    iterator = iter(items)
+    with ThreadPoolExecutor(1) as pool:
+        first = next(iterator, _END)
+        pending = None if first is _END else pool.submit(make, first)
+        while pending is not None:
+            item = next(iterator, _END)
+            following = None if item is _END else pool.submit(make, item)
+            yield pending.result()
+            pending = following
+
+
+_END = object()

@@ -122,8 +122,11 @@ class EigenGradCAM(CAM):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.EigenGradCAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
-        (1, 8, 8)
+        >>> x = np.random.default_rng(0).random((1, 8, 8, 1))
+        >>> e = ks.EigenGradCAM(m, layer="c", upsample=False)  # the layer's 6 x 6 grid
+        >>> a0, a1 = (e.explain(x, t).attributions for t in (0, 1))
+        >>> a0.shape, bool(np.allclose(a0, a1))  # class-specific, unlike Eigen-CAM
+        ((1, 6, 6), False)
     """
 
     name = "eigengradcam"
@@ -291,8 +294,11 @@ class KPCACAM(CAM):
         >>> import keras, numpy as np, kerascope as ks
         >>> m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, name="c"),
         ...                       keras.layers.Flatten(), keras.layers.Dense(2)])
-        >>> ks.KPCACAM(m, layer="c").explain(np.random.rand(1, 8, 8, 1), 0).attributions.shape
-        (1, 8, 8)
+        >>> x = np.random.default_rng(0).random((2, 8, 8, 1))
+        >>> e = ks.KPCACAM(m, layer="c", kernel="rbf")
+        >>> a0, a1 = (e.explain(x, t).attributions for t in (0, 1))
+        >>> a0.shape, bool(np.array_equal(a0, a1))  # class-agnostic: the same map for every target
+        ((2, 8, 8), True)
     """
 
     name = "kpcacam"

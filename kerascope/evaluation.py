@@ -12,6 +12,7 @@ random map and a constant map.
 from __future__ import annotations
 
 import csv
+import inspect
 import math
 import re
 import time
@@ -378,6 +379,20 @@ def _explainers(methods: Sequence[Any] | None, baselines: bool, batch_size: int,
     return chosen
 
 
+def _required_arguments(spec: Any) -> list[str]:
+    """The keyword-only arguments without a default a method class needs (``layer``, ``neuron``); none for callables.
+
+    Example:
+        >>> from kerascope.methods.conductance import NeuronConductance
+        >>> _required_arguments(NeuronConductance), _required_arguments(lambda model, x, t: x)
+        (['layer', 'neuron'], [])
+    """
+    if not isinstance(spec, type):
+        return []
+    parameters = inspect.signature(spec.__init__).parameters.values()
+    return [p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+
+
 def _runner(spec: Any, batch_size: int) -> Callable[[keras.Layer, Any, Any], np.ndarray]:
     from kerascope.methods.registry import build
 
@@ -483,6 +498,12 @@ def benchmark(
             on_method(name)
         row = MethodScores(name)
         rows.append(row)
+        needs = _required_arguments(spec)
+        if needs:
+            row.error = (f"not applicable: needs {', '.join(f'{n}=' for n in needs)}, which depends on the model; "
+                         f"run it from Python with {spec.__name__}(model, {', '.join(f'{n}=...' for n in needs)})")
+            row.applicable = False
+            continue
         run = _runner(spec, batch_size)
         try:
             run(model, images[:1], None if targets is None else targets[:1])

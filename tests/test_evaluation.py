@@ -123,3 +123,10 @@ def test_the_default_run_leaves_out_exhaustive_methods_with_a_row_that_says_why(
                        applicable=False)
     table = BenchmarkResult([row], np.zeros(1)).markdown()
     assert "| shapley_exact (not run by default: all 2^16 coalitions" in table and "failed" not in table
+
+
+def test_methods_that_need_a_layer_get_a_not_applicable_row_that_names_the_call(demo):
+    r = benchmark(demo, methods=["layer_conductance", "gradcam"], n=2, steps=4, sanity_images=0, baselines=False)
+    row = r.get("layer_conductance")
+    assert not row.applicable and "needs layer=" in row.error and "LayerConductance(model, layer=...)" in row.error
+    assert r.get("gradcam").applicable and not r.get("gradcam").error

@@ -98,3 +98,24 @@ def test_errors_and_model_unchanged(images):
     ks.explain(m, images, method="guided_ig", steps=3)
     ks.explain(m, images, method="blur_ig", steps=3, max_sigma=2)
     assert_unchanged(m, before)
+
+
+@pytest.mark.parametrize("shape", [(3, 17, 2), (3, 9, 11, 3), (2, 5, 6, 7, 2)])
+def test_blur_and_slope_rows_equal_scipy_on_sequences_images_and_volumes(shape):
+    """The path points and their finite-difference slopes, per row, against ``scipy.ndimage`` in float64."""
+    from scipy import ndimage
+
+    from kerascope.numeric.blur import blur_and_slope_rows
+
+    x = np.random.default_rng(1).normal(size=shape)
+    sigmas, step = np.array([0.0, 1.5, 4.0])[: shape[0]], 0.01
+    point, slope = blur_and_slope_rows(x.astype(np.float32), sigmas, step)
+    spatial = len(shape) - 2
+
+    def blur(row, s):
+        return ndimage.gaussian_filter(row, [s] * spatial + [0.0], mode="constant", truncate=4.0)
+
+    for r, s in enumerate(sigmas):
+        np.testing.assert_allclose(point[r], blur(x[r], s), atol=1e-5)
+        np.testing.assert_allclose(slope[r], (blur(x[r], s + step) - blur(x[r], s)) / step, atol=1e-3)
+    assert point.flags.c_contiguous and slope.flags.c_contiguous and point.dtype == np.float32

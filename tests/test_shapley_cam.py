@@ -137,3 +137,21 @@ def test_model_unchanged_and_clear_error_for_an_unknown_layer(model: keras.Model
         np.testing.assert_array_equal(old, new)
     with pytest.raises(ValueError, match="Received: layer='nope'"):
         ks.ShapleyCAM(model, layer="nope")
+
+
+def test_tokens_of_an_image_are_weighed_on_their_grid() -> None:
+    """A (N, tokens, C) layer on an image leaves the compiled pass as arrays (the map is not computed inside):
+    the map is still ``ReLU(sum_c mean_t(g - H A / 2)_c A_c)`` on the patch grid."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 2))
+    h = keras.layers.Reshape((16, 4))(keras.layers.Conv2D(4, 2, strides=2)(inp))
+    mix = keras.layers.Dense(4, activation="tanh", name="mix")
+    h = keras.layers.GlobalAveragePooling1D()(mix(h))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Dense(3, activation="tanh")(h)))
+    x = np.random.default_rng(0).normal(size=(3, 8, 8, 2)).astype(np.float32)
+    out = hessian_vector_products(engine_for(model), x, [0, 1, 2], mix)
+    weights = (out["grads"] - 0.5 * out["hvp"]).mean(axis=1)
+    expected = np.maximum(np.einsum("ntc,nc->nt", out["acts"], weights), 0).reshape(3, 4, 4)
+    assert np.abs(out["hvp"]).max() > 1e-3 and expected.max() > 0
+    maps = ks.ShapleyCAM(model, layer="mix", upsample=False).explain(x, [0, 1, 2]).attributions
+    np.testing.assert_allclose(maps, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())

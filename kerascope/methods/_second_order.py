@@ -34,6 +34,16 @@ from kerascope.core.inputs import Inputs
 from kerascope.core.probe import probe
 
 Forward = Callable[[list[Any], Any, Callable[[int, keras.Layer, Any], Any]], tuple[Any, Any]]
+Reduce = Callable[[Any, Any, Any], dict[str, Any]]
+
+
+def _terms(a: Any, g: Any, hvp: Any) -> dict[str, Any]:
+    """The default output: the three arrays as they are (float32)."""
+    return {"acts": a, "grads": g, "hvp": hvp}
+
+
+def _float32(out: dict[str, Any]) -> dict[str, Any]:
+    return {k: keras.ops.cast(v, "float32") for k, v in out.items()}
 
 
 def _forward(engine: Engine, inputs: Inputs, layer: keras.Layer, target_fn: Callable | None,
@@ -55,7 +65,8 @@ def _forward(engine: Engine, inputs: Inputs, layer: keras.Layer, target_fn: Call
     return forward
 
 
-def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, _: list[Any]) -> Callable:
+def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, _: list[Any],
+                reduce: Reduce) -> Callable:
     import tensorflow as tf
 
     signature = [
@@ -85,7 +96,7 @@ def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path
         hvp = outer.gradient(g, a, output_gradients=tf.stop_gradient(a))
         hvp = tf.zeros_like(a) if hvp is None else hvp
         f32 = lambda t: tf.cast(t, tf.float32)  # noqa: E731
-        return {"acts": f32(a), "grads": f32(g), "hvp": f32(hvp), "scores": scores, "targets": resolved}
+        return {**_float32(reduce(f32(a), f32(g), f32(hvp))), "scores": scores, "targets": resolved}
 
     def run(arrays: list[np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
         out = step([tf.convert_to_tensor(a) for a in arrays], tf.convert_to_tensor(indices.astype(np.int32)))
@@ -94,7 +105,8 @@ def _tensorflow(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path
     return run
 
 
-def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, variables_of: list[Any]) -> Callable:
+def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, variables_of: list[Any],
+         reduce: Reduce) -> Callable:
     import jax
     import jax.numpy as jnp
 
@@ -123,7 +135,7 @@ def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, 
         # the tangent of (1 + t) A along t is A: the jvp of the gradient is H A
         g, hvp, (scores, resolved, a) = jax.jvp(gradient, (jnp.float32(0.0),), (jnp.float32(1.0),), has_aux=True)
         f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-        return {"acts": f32(a), "grads": f32(g), "hvp": f32(hvp), "scores": f32(scores),
+        return {**_float32(reduce(f32(a), f32(g), f32(hvp))), "scores": f32(scores),
                 "targets": jnp.asarray(resolved, jnp.int32)}
 
     compiled = jax.jit(step)
@@ -136,7 +148,8 @@ def _jax(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, 
     return run
 
 
-def _torch(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, _: list[Any]) -> Callable:
+def _torch(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str, _: list[Any],
+           reduce: Reduce) -> Callable:
     import torch
 
     def run(arrays: list[np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
@@ -163,7 +176,9 @@ def _torch(forward: Forward, specs: list[tuple[tuple[int, ...], str]], path: str
             else:  # piecewise linear after the layer: no second-order term
                 hvp = torch.zeros_like(a)
         as_numpy = lambda t: t.detach().float().cpu().numpy()  # noqa: E731
-        return {"acts": as_numpy(a), "grads": as_numpy(g), "hvp": as_numpy(hvp), "scores": as_numpy(scores),
+        with torch.no_grad():
+            reduced = reduce(a.detach().float(), g.detach().float(), hvp.detach().float())
+        return {**{k: as_numpy(v) for k, v in reduced.items()}, "scores": as_numpy(scores),
                 "targets": resolved.detach().cpu().numpy() if hasattr(resolved, "detach") else np.asarray(resolved)}
 
     return run
@@ -181,11 +196,15 @@ BUILDERS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}
 
 def hessian_vector_products(
     engine: Engine, inputs: Any, targets: Any, layer: keras.Layer, batch_size: int = 32,
+    reduce: Reduce | None = None, reduce_key: Any = None,
 ) -> dict[str, np.ndarray]:
     """Activations ``A``, gradients ``g`` and ``H A`` at ``layer``, scores and resolved targets.
 
     Per chunk of ``batch_size`` samples one compiled call (cached per layer, target
     and input signature on the engine). Arrays are float32 in the layer's own layout.
+    ``reduce(A, g, HA) -> dict`` (``keras.ops``, float32 tensors) runs inside the compiled
+    function and replaces the three arrays in the output by what it returns (e.g. a CAM map,
+    far smaller than the layer's activations); ``reduce_key`` identifies it in the cache.
 
     Example:
         >>> import keras, numpy as np
@@ -207,11 +226,13 @@ def hessian_vector_products(
     prepared, indices, target_fn = engine.prepare(inputs, targets)
     positions = engine.call_positions(prepared, [layer])
     path = engine.path_of(layer)
-    key = ("hessian_vector_products", layer, target_fn, prepared.signature, positions, engine.call_index)
+    key = ("hessian_vector_products", layer, target_fn, prepared.signature, positions, engine.call_index,
+           None if reduce is None else ("reduce", reduce if reduce_key is None else reduce_key))
 
     def build() -> Callable:
         forward = _forward(engine, prepared, layer, target_fn, positions)
-        return BUILDERS[backend](forward, [(tuple(s), d) for s, d in prepared.specs], path, list(engine.model.variables))
+        specs = [(tuple(s), d) for s, d in prepared.specs]
+        return BUILDERS[backend](forward, specs, path, list(engine.model.variables), reduce or _terms)
 
     fn = engine.memo(key, build)
     parts = [fn(arrays, indices[part]) for part, arrays in prepared.chunks(batch_size)]
@@ -219,8 +240,9 @@ def hessian_vector_products(
     if target_fn is not None:
         merged["targets"] = indices.astype(np.int64)
     merged["targets"] = merged["targets"].astype(np.int64)
-    for name in ("grads", "hvp"):
-        check_finite(merged[name], f"The {'gradients' if name == 'grads' else 'second-order terms'} at {path!r}")
+    what = {"grads": "gradients", "hvp": "second-order terms"}
+    for name in merged.keys() - {"scores", "targets"}:
+        check_finite(merged[name], f"The {what.get(name, name)} at {path!r}")
     return merged
 
 

@@ -125,18 +125,22 @@ def blur_and_slope_rows(
         >>> bool(np.allclose(d, ref, atol=1e-5)), bool(np.allclose(p, gaussian_blur_rows(x, [1.0, 2.0]), atol=1e-6))
         (True, True)
     """
-    low = np.asarray(array, np.float32)
+    # channels first, (R, C, *spatial): the last two axes are blurred as matrix products on their own
+    # (``M @ v`` and ``v @ M^T``, C x R GEMMs of the spatial size), without a moved copy per product
+    low = np.moveaxis(np.asarray(array, np.float32), -1, 1)
     slope = None
     sigmas = np.asarray(sigmas, np.float64).reshape(-1)
     unique, which = np.unique(sigmas, return_inverse=True)
+    ones = (1,) * (low.ndim - 3)
 
     def along(values: np.ndarray, matrices: np.ndarray, axis: int) -> np.ndarray:
-        moved = np.moveaxis(values, axis, 1)
-        shape = moved.shape
-        out = np.matmul(matrices, moved.reshape(shape[0], shape[1], -1)).reshape(shape)
-        return np.moveaxis(out, 1, axis)
+        stacked = matrices.reshape(matrices.shape[0], *ones, *matrices.shape[1:])
+        if axis == values.ndim - 1:
+            return np.matmul(values, np.swapaxes(stacked, -1, -2))
+        moved = np.ascontiguousarray(np.moveaxis(values, axis, -2))  # copies only a strided input or a volume
+        return np.moveaxis(np.matmul(stacked, moved), -2, axis)
 
-    for axis in range(1, low.ndim - 1):
+    for axis in range(2, low.ndim):
         length = low.shape[axis]
         now = np.stack([_matrix(length, float(s), truncate) for s in unique])
         later = np.stack([_matrix(length, float(s) + step, truncate) for s in unique])
@@ -144,4 +148,4 @@ def blur_and_slope_rows(
         later, now = later.astype(np.float32)[which], now.astype(np.float32)[which]
         slope = along(low, derivative, axis) if slope is None else along(slope, later, axis) + along(low, derivative, axis)
         low = along(low, now, axis)
-    return low, slope
+    return np.ascontiguousarray(np.moveaxis(low, 1, -1)), np.ascontiguousarray(np.moveaxis(slope, 1, -1))

@@ -30,11 +30,12 @@ from kerascope.methods.registry import register
 from kerascope.numeric.resize import upsample
 
 CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.SeparableConv2D)
-#: d activation / d pre-activation, written with the activation's output ``y``
+#: d activation / d pre-activation, written with the activation's output ``y`` (``keras.ops``: they run inside
+#: the compiled pass)
 ACTIVATION_SLOPES = {
-    "linear": lambda y: np.ones_like(y),
-    "relu": lambda y: (y > 0).astype(y.dtype),
-    "tanh": lambda y: 1.0 - np.square(y),
+    "linear": lambda y: keras.ops.ones_like(y),
+    "relu": lambda y: keras.ops.cast(y > 0, y.dtype),
+    "tanh": lambda y: 1.0 - keras.ops.square(y),
     "sigmoid": lambda y: y * (1.0 - y),
 }
 
@@ -175,7 +176,7 @@ class FullGrad(Method):
 
 def _bias_maps(names: tuple[str, ...], biases: list[np.ndarray]) -> Any:
     """``reduce(activations, gradients)``: each spatial bias layer's ``sum_c psi(|b_c g_c|)`` before resizing,
-    as :func:`channel_scaled` and ``ACTIVATION_SLOPES`` in ``keras.ops`` (run inside the compiled pass)."""
+    as :func:`channel_scaled` in ``keras.ops``, with ``ACTIVATION_SLOPES`` (run inside the compiled pass)."""
     ops = keras.ops
 
     def reduce(acts: list[Any], grads: list[Any]) -> list[Any]:
@@ -183,13 +184,8 @@ def _bias_maps(names: tuple[str, ...], biases: list[np.ndarray]) -> Any:
         for name, bias, output, grad in zip(names, biases, acts, grads, strict=True):
             if len(output.shape) != 4:
                 continue  # a batch norm of a non-spatial layer: no map
-            if name == "relu":
-                grad = grad * ops.cast(output > 0, output.dtype)
-            elif name == "tanh":
-                grad = grad * (1.0 - ops.square(output))
-            elif name == "sigmoid":
-                grad = grad * (output * (1.0 - output))
-            values = ops.abs(ops.convert_to_tensor(bias) * grad)
+            pre = grad * ACTIVATION_SLOPES[name](output)  # the gradient before the activation
+            values = ops.abs(ops.convert_to_tensor(bias) * pre)
             shifted = values - ops.min(values, axis=(1, 2), keepdims=True)
             maps.append(ops.sum(shifted / (ops.max(shifted, axis=(1, 2), keepdims=True) + 1e-7), axis=-1))
         return maps
